@@ -1,0 +1,1 @@
+//! Runnable examples of `resilient` live in `examples/`.

@@ -1,0 +1,2 @@
+//! The `#[resilient]` attribute; see the `resilient` crate.
+extern crate proc_macro;

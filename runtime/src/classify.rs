@@ -1,0 +1,109 @@
+//! Which failures are worth another attempt: decided in one place, by the
+//! error type, so that the retry loop, the circuit breaker and the retry
+//! budget all agree.
+
+use std::io;
+use std::time::Duration;
+
+/// What a failure says about trying again.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Classification {
+    /// The dependency failed for a reason that may pass: a reset connection,
+    /// a timeout, a 502/503/504. Retried, and counted as a failure by a
+    /// circuit breaker.
+    Transient,
+    /// The dependency is shedding load and asked us to slow down (HTTP 429,
+    /// a 503 with `Retry-After`, gRPC `RESOURCE_EXHAUSTED`). Retried no
+    /// sooner than `retry_after`, when given, and counted as a failure.
+    Throttled {
+        /// The earliest moment the server will accept a retry, as it said.
+        retry_after: Option<Duration>,
+    },
+    /// Trying again cannot help: a malformed request, bad credentials, not
+    /// found, a business rule, or a refusal by `resilient` itself. Returned
+    /// at once; a circuit breaker counts it as neither failure nor success.
+    Permanent,
+}
+
+impl Classification {
+    /// `true` when another attempt may succeed (transient or throttled).
+    pub fn is_retryable(self) -> bool {
+        !matches!(self, Classification::Permanent)
+    }
+}
+
+/// Says whether a failure is worth another attempt.
+///
+/// Implement it for the error type of every function annotated with
+/// `retries`, `breaker` or `budget`. For a type you cannot implement it for,
+/// name a function instead: `#[resilient(classify = my_classifier)]` with
+/// `fn my_classifier(e: &TheError) -> resilient::Classification`.
+///
+/// ```
+/// use resilient::{Classification, Classify};
+///
+/// enum PayError { Declined, Unavailable, RateLimited(u64), Resilience(resilient::Error) }
+///
+/// impl Classify for PayError {
+///     fn classify(&self) -> Classification {
+///         match self {
+///             PayError::Declined => Classification::Permanent,
+///             PayError::Unavailable => Classification::Transient,
+///             PayError::RateLimited(secs) => Classification::Throttled {
+///                 retry_after: Some(std::time::Duration::from_secs(*secs)),
+///             },
+///             // A refusal by the library is final (see `impl Classify for resilient::Error`).
+///             PayError::Resilience(e) => e.classify(),
+///         }
+///     }
+/// }
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` does not say which failures are worth retrying",
+    label = "`{Self}` does not implement `resilient::Classify`",
+    note = "implement `resilient::Classify` for `{Self}`, or name a function with `#[resilient(classify = path)]`"
+)]
+pub trait Classify {
+    /// Classify this failure.
+    fn classify(&self) -> Classification;
+}
+
+/// By [`io::ErrorKind`]: interrupted, timed-out, reset, aborted, refused,
+/// would-block and broken-pipe errors are transient (the connection or the
+/// peer may come back); everything else, such as not-found, permission
+/// denied or invalid input, is permanent.
+impl Classify for io::Error {
+    fn classify(&self) -> Classification {
+        use io::ErrorKind::*;
+        match self.kind() {
+            Interrupted | TimedOut | ConnectionReset | ConnectionAborted | ConnectionRefused
+            | WouldBlock | BrokenPipe | UnexpectedEof | NotConnected | HostUnreachable
+            | NetworkUnreachable | NetworkDown | ResourceBusy => Classification::Transient,
+            _ => Classification::Permanent,
+        }
+    }
+}
+
+/// Always [`Classification::Permanent`]: a refusal by the library (a passed
+/// deadline, an open breaker, a full bulkhead, a call shed locally, an
+/// attempt that already used up its retries) is a decision already taken by
+/// the layer that made it. An outer layer that retried it would defeat the
+/// breaker, overrun the deadline, or multiply retries across layers.
+impl Classify for crate::Error {
+    fn classify(&self) -> Classification {
+        Classification::Permanent
+    }
+}
+
+impl<C: Classify + ?Sized> Classify for &C {
+    fn classify(&self) -> Classification {
+        (**self).classify()
+    }
+}
+
+impl<C: Classify + ?Sized> Classify for Box<C> {
+    fn classify(&self) -> Classification {
+        (**self).classify()
+    }
+}

@@ -1,0 +1,153 @@
+//! The library's own refusals: every reason `resilient` may end a call
+//! without the function's own result.
+//!
+//! Users cannot construct an [`Error`]; they receive one through their own
+//! error type (`E: From<resilient::Error>`), inspect it with [`Error::kind`],
+//! and never retry it: a refusal is a decision already taken by the layer
+//! that made it (see [`Classify`](crate::Classify)).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What kind of refusal an [`Error`] is.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// The call's overall deadline (its own `deadline_ms`, or one inherited
+    /// from a caller) passed before it could succeed, or had already passed
+    /// when it started.
+    DeadlineExceeded,
+    /// One attempt ran longer than `timeout_ms` and was cancelled. Returned
+    /// when no retry was left to try again.
+    AttemptTimedOut,
+    /// The circuit breaker named by [`Error::name`] is open (or forced open):
+    /// the call was not run.
+    BreakerOpen,
+    /// The bulkhead named by [`Error::name`] had no free slot within its
+    /// `max_wait`: the call was not run.
+    BulkheadFull,
+    /// Client-side adaptive throttling for the dependency named by
+    /// [`Error::name`] rejected the call locally, because the dependency has
+    /// been rejecting most recent calls: the call was not run.
+    LoadShed,
+    /// The registry is strict and the name used by the function was not
+    /// configured at start-up.
+    UnknownName,
+}
+
+/// A refusal by `resilient`: a deadline passed, an attempt timed out, a
+/// breaker was open, a bulkhead full, or a call shed locally.
+///
+/// It reaches callers through the annotated function's own error type, which
+/// must implement `From<resilient::Error>`.
+#[derive(Clone)]
+pub struct Error {
+    kind: ErrorKind,
+    name: Option<Arc<str>>,
+    duration: Option<Duration>,
+}
+
+impl Error {
+    fn new(kind: ErrorKind, name: Option<Arc<str>>, duration: Option<Duration>) -> Self {
+        Self { kind, name, duration }
+    }
+
+    pub(crate) fn deadline_exceeded() -> Self {
+        Self::new(ErrorKind::DeadlineExceeded, None, None)
+    }
+
+    pub(crate) fn attempt_timed_out(after: Duration) -> Self {
+        Self::new(ErrorKind::AttemptTimedOut, None, Some(after))
+    }
+
+    pub(crate) fn breaker_open(name: Arc<str>, retry_in: Option<Duration>) -> Self {
+        Self::new(ErrorKind::BreakerOpen, Some(name), retry_in)
+    }
+
+    pub(crate) fn bulkhead_full(name: Arc<str>) -> Self {
+        Self::new(ErrorKind::BulkheadFull, Some(name), None)
+    }
+
+    pub(crate) fn load_shed(name: Arc<str>) -> Self {
+        Self::new(ErrorKind::LoadShed, Some(name), None)
+    }
+
+    pub(crate) fn unknown_name(name: Arc<str>) -> Self {
+        Self::new(ErrorKind::UnknownName, Some(name), None)
+    }
+
+    /// What kind of refusal this is.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The breaker, bulkhead or dependency that refused, if one did.
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
+    /// For [`ErrorKind::BreakerOpen`]: how long until the breaker lets a
+    /// probe through, when that is known (not for a forced-open breaker).
+    pub fn retry_in(&self) -> Option<Duration> {
+        match self.kind {
+            ErrorKind::BreakerOpen => self.duration,
+            _ => None,
+        }
+    }
+
+    /// For [`ErrorKind::AttemptTimedOut`]: the per-attempt timeout that passed.
+    pub fn timeout(&self) -> Option<Duration> {
+        match self.kind {
+            ErrorKind::AttemptTimedOut => self.duration,
+            _ => None,
+        }
+    }
+
+    /// `true` for [`ErrorKind::DeadlineExceeded`].
+    pub fn is_deadline_exceeded(&self) -> bool {
+        self.kind == ErrorKind::DeadlineExceeded
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Error");
+        d.field("kind", &self.kind);
+        if let Some(name) = &self.name {
+            d.field("name", name);
+        }
+        if let Some(duration) = &self.duration {
+            d.field("duration", duration);
+        }
+        d.finish()
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = self.name.as_deref().unwrap_or("?");
+        match self.kind {
+            ErrorKind::DeadlineExceeded => f.write_str("deadline exceeded"),
+            ErrorKind::AttemptTimedOut => match self.duration {
+                Some(d) => write!(f, "attempt timed out after {d:?}"),
+                None => f.write_str("attempt timed out"),
+            },
+            ErrorKind::BreakerOpen => match self.duration {
+                Some(d) => write!(f, "circuit breaker `{name}` is open; it admits a probe in {d:?}"),
+                None => write!(f, "circuit breaker `{name}` is open"),
+            },
+            ErrorKind::BulkheadFull => write!(f, "bulkhead `{name}` is full"),
+            ErrorKind::LoadShed => write!(
+                f,
+                "call to `{name}` shed locally: the dependency is rejecting most calls"
+            ),
+            ErrorKind::UnknownName => write!(
+                f,
+                "`{name}` is not configured in the registry, which refuses unknown names"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Error {}

@@ -1,0 +1,1 @@
+//! Integration, UI and model-checking tests of `resilient` live in `tests/`.
