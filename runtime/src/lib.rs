@@ -2,9 +2,15 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+mod backoff;
 mod classify;
 mod config;
+mod context;
+mod deps;
+mod engine;
 mod error;
+mod grpc_timeout;
+mod key;
 mod outcome;
 mod rng;
 mod sync;
@@ -14,9 +20,18 @@ mod budget;
 mod bulkhead;
 mod throttle;
 
+#[doc(hidden)]
+#[path = "private.rs"]
+pub mod __private;
+
+pub use backoff::{Backoff, Delays};
 pub use classify::{Classification, Classify};
 pub use config::{ConfigError, Problem};
+pub use context::{current_deadline, propagate, remaining, with_deadline, with_deadline_at};
 pub use error::{Error, ErrorKind};
+pub use grpc_timeout::{GrpcTimeout, InvalidGrpcTimeout};
+pub use key::{IdempotencyKey, InvalidIdempotencyKey};
+pub use resilient_macros::resilient;
 pub use rng::seed_jitter;
 
 pub use breaker::*;

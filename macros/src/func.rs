@@ -1,0 +1,35 @@
+//! The annotated item, parsed just enough to wrap it.
+//!
+//! The body is kept as the raw brace group, unparsed: a body that does not
+//! parse yet (mid-edit in an IDE) still expands, and its tokens keep their
+//! spans, so rustc's own diagnostics keep pointing into the user's code.
+
+use proc_macro2::{Delimiter, Group};
+use syn::parse::{Parse, ParseStream};
+use syn::{Attribute, Signature, Visibility};
+
+pub(crate) struct Func {
+    pub(crate) attrs: Vec<Attribute>,
+    pub(crate) vis: Visibility,
+    pub(crate) sig: Signature,
+    pub(crate) body: Group,
+}
+
+impl Parse for Func {
+    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
+        let attrs = input.call(Attribute::parse_outer)?;
+        let vis: Visibility = input.parse()?;
+        let sig: Signature = input.parse()?;
+        if input.peek(syn::Token![;]) {
+            return Err(syn::Error::new(
+                sig.ident.span(),
+                "`#[resilient]` needs the function's body; put it on the implementation, not on a declaration",
+            ));
+        }
+        let body: Group = input.parse()?;
+        if body.delimiter() != Delimiter::Brace {
+            return Err(syn::Error::new(body.span(), "expected the function's body in braces"));
+        }
+        Ok(Func { attrs, vis, sig, body })
+    }
+}

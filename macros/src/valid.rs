@@ -1,0 +1,192 @@
+//! The rules across keys, and between the keys and the function: everything
+//! that can be refused before any code is generated.
+
+use proc_macro2::Span;
+use quote::ToTokens;
+use syn::spanned::Spanned;
+use syn::{FnArg, ReturnType, Type};
+
+use crate::attr::{Args, Errors};
+use crate::func::Func;
+
+/// Past a handful, more retries only prolong an outage (and multiply load on
+/// a dependency that is already failing); Google's SRE book and gRPC's retry
+/// design both cap attempts at single digits.
+pub(crate) const MAX_RETRIES: u32 = 10;
+
+/// How each argument reaches the attempts.
+
+/// What validation learned about the function, for the expansion.
+pub(crate) struct Checked {
+    /// Does any attempt after the first reuse the arguments?
+    pub(crate) reuses_arguments: bool,
+    /// Indexes of parameters typed `IdempotencyKey`.
+    pub(crate) key_params: Vec<usize>,
+}
+
+pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
+    let mut errors = Errors::default();
+    let sig = &func.sig;
+    let retries = args.retries.as_ref().map_or(0, |r| r.value);
+
+    // Keys on their own.
+    if let Some(r) = &args.retries {
+        if r.value > MAX_RETRIES {
+            errors.push(
+                r.span,
+                format!(
+                    "`retries = {}` is more than {MAX_RETRIES}: past a handful, retrying only prolongs an outage and multiplies the load on a failing dependency; use at most {MAX_RETRIES}",
+                    r.value
+                ),
+            );
+        }
+    }
+    for (key, value) in [
+        ("deadline_ms", &args.deadline_ms),
+        ("timeout_ms", &args.timeout_ms),
+        ("base_ms", &args.base_ms),
+        ("cap_ms", &args.cap_ms),
+    ] {
+        if let Some(v) = value {
+            if v.value == 0 {
+                errors.push(
+                    v.span,
+                    format!("`{key} = 0` leaves no time at all; give a positive number of milliseconds, or remove `{key}`"),
+                );
+            }
+        }
+    }
+    if let (Some(t), Some(d)) = (&args.timeout_ms, &args.deadline_ms) {
+        if t.value >= d.value && d.value > 0 {
+            errors.push(
+                t.span,
+                format!(
+                    "`timeout_ms = {}` is not shorter than `deadline_ms = {}`, so the deadline always ends the attempt first; make the per-attempt timeout shorter, or remove it",
+                    t.value, d.value
+                ),
+            );
+        }
+    }
+    if let (Some(b), Some(c)) = (&args.base_ms, &args.cap_ms) {
+        if b.value > c.value {
+            errors.push(
+                b.span,
+                format!("`base_ms = {}` is larger than `cap_ms = {}`; the first delay cannot exceed the largest", b.value, c.value),
+            );
+        }
+    }
+    if retries == 0 {
+        for (key, span) in [
+            ("backoff", args.backoff.as_ref().map(|b| b.span)),
+            ("base_ms", args.base_ms.as_ref().map(|b| b.span)),
+            ("cap_ms", args.cap_ms.as_ref().map(|b| b.span)),
+        ] {
+            if let Some(span) = span {
+                errors.push(
+                    span,
+                    format!("`{key}` has no effect without `retries`: add `retries = N`, or remove `{key}`"),
+                );
+            }
+        }
+    }
+    for (key, span) in [
+        ("breaker", args.breaker.as_ref().map(|b| b.span)),
+        ("budget", args.budget.as_ref().map(|b| b.span)),
+        ("bulkhead", args.bulkhead.as_ref().map(|b| b.span)),
+        ("fallback", args.fallback.as_ref().map(|b| b.span)),
+    ] {
+        if let Some(span) = span {
+            errors.push(span, format!("`{key}` is not yet supported by this version of `resilient`"));
+        }
+    }
+
+    // The function's shape.
+    if sig.asyncness.is_none() {
+        let looks_async_trait = sig.generics.lifetimes().any(|l| l.lifetime.ident == "async_trait")
+            || sig.output.to_token_stream().to_string().contains("Future");
+        if looks_async_trait {
+            errors.push(
+                sig.fn_token.span,
+                "`#[resilient]` cannot wrap a function that returns a future, such as an `#[async_trait]` method; write a native `async fn` (stable in traits since Rust 1.75), or put `#[resilient]` on an inherent `async fn` that this method calls",
+            );
+        } else {
+            errors.push(
+                sig.fn_token.span,
+                "`#[resilient]` can only be applied to an `async fn`: retries, timeouts and deadlines wrap a future",
+            );
+        }
+    }
+    if let ReturnType::Default = sig.output {
+        errors.push(
+            sig.paren_token.span.close(),
+            "`#[resilient]` functions must return `Result<T, E>`: add a return type such as `-> Result<(), MyError>`",
+        );
+    }
+
+    // The idempotency rule.
+    let key_params: Vec<usize> = sig
+        .inputs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, arg)| match arg {
+            FnArg::Typed(t) if names_idempotency_key(&t.ty) => Some(i),
+            _ => None,
+        })
+        .collect();
+    if retries > 0 && args.idempotent.is_none() && key_params.is_empty() {
+        let span = args.retries.as_ref().map_or(Span::call_site(), |r| r.span);
+        errors.push(
+            span,
+            format!(
+                "`{}` may not be retried: it is not marked `idempotent` and takes no idempotency key, so a retry could repeat its side effect (charge twice, send twice); if running it twice is harmless, add `idempotent`; otherwise take a `resilient::IdempotencyKey` parameter, created once per operation, and send it so the server can recognise a repeat",
+                sig.ident
+            ),
+        );
+    }
+
+    // Arguments reused across attempts.
+    let reuses_arguments = retries > 0 || args.fallback.is_some();
+    if reuses_arguments {
+        for arg in &sig.inputs {
+            if let FnArg::Receiver(r) = arg {
+                if r.colon_token.is_none() && r.mutability.is_some() && r.reference.is_some() {
+                    errors.push(
+                        r.span(),
+                        "`&mut self` cannot be lent to every attempt: an attempt may still hold it when the next begins; take `&self` (with interior mutability), or remove `retries`",
+                    );
+                } else if r.reference.is_none() && !is_reference(&r.ty) {
+                    errors.push(
+                        r.span(),
+                        "`self` by value cannot be passed to every attempt: the first attempt consumes it; take `&self`, or remove `retries`",
+                    );
+                }
+            }
+        }
+    }
+    errors.finish()?;
+    Ok(Checked {
+        reuses_arguments,
+        key_params,
+    })
+}
+
+/// `IdempotencyKey`, `&IdempotencyKey`, `resilient::IdempotencyKey`, …: by
+/// name, since types are not known to a macro. The expansion then checks the
+/// type really is `resilient::IdempotencyKey`.
+fn names_idempotency_key(ty: &Type) -> bool {
+    match ty {
+        Type::Reference(r) => names_idempotency_key(&r.elem),
+        Type::Paren(p) => names_idempotency_key(&p.elem),
+        Type::Path(p) => p
+            .path
+            .segments
+            .last()
+            .is_some_and(|s| s.ident == "IdempotencyKey"),
+        _ => false,
+    }
+}
+
+fn is_reference(ty: &Type) -> bool {
+    matches!(ty, Type::Reference(_))
+}
+

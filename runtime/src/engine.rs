@@ -1,0 +1,287 @@
+//! The retry engine the `#[resilient]` expansion calls: one call, its
+//! deadline, its attempts, the sleeps between them, and the decision after
+//! each failure.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::backoff::{Backoff, DEFAULT_BASE, DEFAULT_CAP};
+use crate::context::{
+    current_deadline, earliest, give_ups, in_retry_scope, mark_gave_up, scope_deadline,
+    scope_retries,
+};
+use crate::deps::Deps;
+use crate::outcome::Outcome;
+use crate::{Classification, Error};
+
+/// What one annotated function asked for, fixed at compile time.
+#[derive(Debug)]
+pub struct Policy {
+    function: &'static str,
+    retries: u32,
+    deadline: Option<Duration>,
+    timeout: Option<Duration>,
+    backoff: Backoff,
+}
+
+impl Policy {
+    /// The policy of a function that asked for nothing: one attempt, no deadline.
+    pub const fn new(function: &'static str) -> Self {
+        Policy {
+            function,
+            retries: 0,
+            deadline: None,
+            timeout: None,
+            backoff: Backoff::full_jitter(DEFAULT_BASE, DEFAULT_CAP),
+        }
+    }
+
+    /// `retries = n`.
+    pub const fn retries(mut self, n: u32) -> Self {
+        self.retries = n;
+        self
+    }
+
+    /// `deadline_ms = n`.
+    pub const fn deadline_ms(mut self, ms: u64) -> Self {
+        self.deadline = Some(Duration::from_millis(ms));
+        self
+    }
+
+    /// `timeout_ms = n`.
+    pub const fn timeout_ms(mut self, ms: u64) -> Self {
+        self.timeout = Some(Duration::from_millis(ms));
+        self
+    }
+
+    /// `backoff`, `base_ms`, `cap_ms`.
+    pub const fn backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    fn deps(&'static self) -> Result<&'static Deps, Error> {
+        static NONE: Deps = Deps {};
+        Ok(&NONE)
+    }
+}
+
+/// Why one attempt did not return `Ok`.
+enum Failure<E> {
+    /// The function returned an error, so classified.
+    Failed(E, Classification),
+    /// The per-attempt timeout passed.
+    TimedOut(Duration),
+    /// The overall deadline passed during the attempt.
+    Deadline,
+    /// A breaker, throttle or bulkhead refused the attempt: it did not run.
+    Refused(Error),
+}
+
+/// One call in progress: what every attempt of it shares.
+struct Call<C> {
+    policy: &'static Policy,
+    classify: C,
+    deps: &'static Deps,
+    deadline: Option<Instant>,
+}
+
+impl<C> Call<C> {
+    /// Starts a call: fixes its deadline and finds its named parts. Refuses
+    /// a call whose deadline has already passed, so it does no work.
+    fn begin(policy: &'static Policy, classify: C) -> Result<Self, Error> {
+        let inherited = current_deadline();
+        let deadline = match policy.deadline {
+            Some(d) => earliest(inherited, Instant::now().checked_add(d)),
+            None => inherited,
+        };
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(Error::deadline_exceeded());
+        }
+        Ok(Call {
+            policy,
+            classify,
+            deps: policy.deps()?,
+            deadline,
+        })
+    }
+
+    /// Runs one attempt under the breaker, throttle and bulkhead, with its
+    /// timeout, and records its outcome.
+    async fn attempt<T, E, Fut>(&self, fut: Fut) -> Result<T, Failure<E>>
+    where
+        Fut: Future<Output = Result<T, E>>,
+        C: Fn(&E) -> Classification,
+    {
+        let now = Instant::now();
+        let admission = self
+            .deps
+            .admit(now, self.deadline)
+            .await
+            .map_err(Failure::Refused)?;
+        let timeout_at = self.policy.timeout.and_then(|t| now.checked_add(t));
+        let attempt_deadline = earliest(self.deadline, timeout_at);
+        let result = match attempt_deadline {
+            None => Ok(fut.await),
+            // Nested annotated calls inherit the attempt's deadline, so
+            // none of them plans a retry the attempt cannot wait for.
+            Some(d) => tokio::time::timeout_at(d, scope_deadline(Some(d), fut)).await,
+        };
+        let end = Instant::now();
+        match result {
+            Ok(Ok(value)) => {
+                admission.finish(Outcome::Success, end);
+                Ok(value)
+            }
+            Ok(Err(error)) => {
+                let class = (self.classify)(&error);
+                admission.finish(Outcome::of_failure(class), end);
+                Err(Failure::Failed(error, class))
+            }
+            Err(_elapsed) => {
+                admission.finish(Outcome::Failure { retry_after: None }, end);
+                if attempt_deadline == self.deadline {
+                    Err(Failure::Deadline)
+                } else {
+                    Err(Failure::TimedOut(self.policy.timeout.unwrap_or_default()))
+                }
+            }
+        }
+    }
+}
+
+/// Runs an annotated function's body once: the expansion of a function
+/// without `retries`. Its deadline, timeout, breaker and bulkhead apply.
+pub async fn once<T, E, C, Fut>(policy: &'static Policy, classify: C, fut: Fut) -> Result<T, E>
+where
+    Fut: Future<Output = Result<T, E>>,
+    E: From<Error>,
+    C: Fn(&E) -> Classification,
+{
+    let call = match Call::begin(policy, classify) {
+        Ok(call) => call,
+        Err(refusal) => return Err(give_up(refusal.into())),
+    };
+    call.deps.on_request(Instant::now());
+    match call.attempt(fut).await {
+        Ok(value) => Ok(value),
+        // Not retried here, so an enclosing layer may still retry it.
+        Err(Failure::Failed(error, _)) => Err(error),
+        Err(Failure::TimedOut(after)) => Err(Error::attempt_timed_out(after).into()),
+        Err(Failure::Deadline) => Err(give_up(Error::deadline_exceeded().into())),
+        Err(Failure::Refused(refusal)) => Err(give_up(refusal.into())),
+    }
+}
+
+/// Runs an annotated function's body up to `1 + retries` times: the
+/// expansion of a function with `retries`. `attempt` makes each attempt's
+/// future from fresh clones of the arguments.
+pub async fn retry<T, E, C, F, Fut>(
+    policy: &'static Policy,
+    classify: C,
+    attempt: F,
+) -> Result<T, E>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    E: From<Error>,
+    C: Fn(&E) -> Classification,
+{
+    let call = match Call::begin(policy, classify) {
+        Ok(call) => call,
+        Err(refusal) => return Err(give_up(refusal.into())),
+    };
+    // The outermost retrying layer of the task opens the scope in which
+    // nested layers report giving up.
+    if in_retry_scope() {
+        retry_loop(call, attempt).await
+    } else {
+        scope_retries(retry_loop(call, attempt)).await
+    }
+}
+
+async fn retry_loop<T, E, C, F, Fut>(call: Call<C>, mut attempt: F) -> Result<T, E>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    E: From<Error>,
+    C: Fn(&E) -> Classification,
+{
+    let policy = call.policy;
+    let mut delays = policy.backoff.delays();
+    call.deps.on_request(Instant::now());
+    let mut retry: u32 = 0;
+    loop {
+        let nested_give_ups = give_ups();
+        let (error, class) = match call.attempt(attempt()).await {
+            Ok(value) => return Ok(value),
+            Err(Failure::Failed(error, class)) => (error, class),
+            Err(Failure::TimedOut(after)) => {
+                (Error::attempt_timed_out(after).into(), Classification::Transient)
+            }
+            Err(Failure::Deadline) => return Err(give_up(Error::deadline_exceeded().into())),
+            Err(Failure::Refused(refusal)) => return Err(give_up(refusal.into())),
+        };
+        if !class.is_retryable() {
+            return Err(error);
+        }
+        // A nested layer already retried this failure and gave up: retrying
+        // here too would multiply attempts (one retrying layer).
+        if give_ups() != nested_give_ups {
+            return Err(error);
+        }
+        if retry >= policy.retries {
+            trace_give_up(policy, retry, "retries spent");
+            return Err(give_up(error));
+        }
+        let mut delay = delays.next().unwrap_or(policy.backoff.cap());
+        if let Classification::Throttled {
+            retry_after: Some(floor),
+        } = class
+        {
+            delay = delay.max(floor);
+        }
+        let now = Instant::now();
+        // A sleep that would end at or after the deadline is not slept:
+        // the attempt after it could not finish in time.
+        if call
+            .deadline
+            .is_some_and(|d| now.checked_add(delay).is_none_or(|wake| wake >= d))
+        {
+            trace_give_up(policy, retry, "deadline too close to retry");
+            return Err(give_up(error));
+        }
+        if !call.deps.try_retry(now) {
+            trace_give_up(policy, retry, "retry budget spent");
+            return Err(give_up(error));
+        }
+        retry += 1;
+        #[cfg(feature = "tracing")]
+        tracing::debug!(
+            function = policy.function,
+            retry,
+            delay_ms = delay.as_millis() as u64,
+            "resilient: retrying after a retryable failure"
+        );
+        tokio::time::sleep(delay).await;
+    }
+}
+
+/// Marks that this layer stopped on a failure enclosing layers must not retry.
+fn give_up<E>(error: E) -> E {
+    mark_gave_up();
+    error
+}
+
+#[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+fn trace_give_up(policy: &Policy, retries: u32, why: &'static str) {
+    #[cfg(feature = "tracing")]
+    tracing::debug!(
+        function = policy.function,
+        retries,
+        why,
+        "resilient: giving up"
+    );
+}

@@ -1,0 +1,126 @@
+//! Idempotency keys: how a non-idempotent operation is made safe to retry.
+
+use std::fmt;
+use std::hash::{BuildHasher, Hasher, RandomState};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Identifies one logical operation across all its attempts, so the server
+/// can recognise a retry of a request it already carried out and answer it
+/// without doing it again (for HTTP, send it as the `Idempotency-Key`
+/// header).
+///
+/// Create it once per logical operation, *before* the annotated call, and
+/// pass it in: every attempt then sends the same key. A function that takes
+/// one may declare `retries` without `idempotent`.
+///
+/// ```
+/// use resilient::IdempotencyKey;
+///
+/// // From a stable id the caller already has: the same order is the same operation,
+/// // even across a restart of the caller.
+/// let key = IdempotencyKey::from_stable_id("order-8812").unwrap();
+/// assert_eq!(key.as_str(), "order-8812");
+///
+/// // Or random (a version-4 UUID), unique per logical operation.
+/// let key = IdempotencyKey::random();
+/// let again = key.clone(); // cheap: a reference count
+/// assert_eq!(key, again);
+/// assert_eq!(key.as_str().len(), 36);
+/// ```
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct IdempotencyKey(Arc<str>);
+
+/// The longest stable id accepted, in bytes.
+const MAX_KEY_LEN: usize = 255;
+
+impl IdempotencyKey {
+    /// A new random key, formatted as a version-4 UUID.
+    ///
+    /// The bits come from the standard library's randomly keyed SipHash over
+    /// a process-wide counter, not from the jitter generator: seeding jitter
+    /// in a test never makes two keys equal. Unique, but not a secret.
+    pub fn random() -> Self {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let state = RandomState::new();
+        let word = |salt: u64| {
+            let mut h = state.build_hasher();
+            h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+            h.write_u64(salt);
+            h.finish()
+        };
+        let mut bits = (u128::from(word(1)) << 64) | u128::from(word(2));
+        // RFC 9562: version 4 in bits 48..52, variant 0b10 in bits 64..66.
+        bits = (bits & !(0xF << 76)) | (0x4 << 76);
+        bits = (bits & !(0x3 << 62)) | (0x2 << 62);
+        let hex = format!("{bits:032x}");
+        Self(Arc::from(format!(
+            "{}-{}-{}-{}-{}",
+            &hex[0..8],
+            &hex[8..12],
+            &hex[12..16],
+            &hex[16..20],
+            &hex[20..32]
+        )))
+    }
+
+    /// A key from an id that already names the operation (an order id, a
+    /// payment intent id): 1 to 255 visible ASCII characters other than `"`
+    /// and `\`, so that it can be sent as a header value as it is.
+    pub fn from_stable_id(id: impl AsRef<str>) -> Result<Self, InvalidIdempotencyKey> {
+        let id = id.as_ref();
+        let reason = if id.is_empty() {
+            Some("it is empty")
+        } else if id.len() > MAX_KEY_LEN {
+            Some("it is longer than 255 bytes")
+        } else if !id
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\')
+        {
+            Some("it may hold only visible ASCII characters other than `\"` and `\\`")
+        } else {
+            None
+        };
+        match reason {
+            Some(reason) => Err(InvalidIdempotencyKey { reason }),
+            None => Ok(Self(Arc::from(id))),
+        }
+    }
+
+    /// The key as text, ready for an `Idempotency-Key` header.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("IdempotencyKey").field(&&*self.0).finish()
+    }
+}
+
+impl AsRef<str> for IdempotencyKey {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A stable id that cannot be used as an idempotency key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidIdempotencyKey {
+    reason: &'static str,
+}
+
+impl fmt::Display for InvalidIdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid idempotency key: {}", self.reason)
+    }
+}
+
+impl std::error::Error for InvalidIdempotencyKey {}

@@ -1,0 +1,74 @@
+//! What the `#[resilient]` expansion calls. Not a public API: it changes
+//! with the macro, which is pinned to this exact crate version.
+
+pub use crate::engine::{Policy, once, retry};
+pub use crate::Backoff;
+
+use crate::{Classification, Classify, Error, IdempotencyKey};
+
+/// The classifier of a function without its own `classify = path`.
+pub fn classify_by_trait<E: Classify + ?Sized>(error: &E) -> Classification {
+    error.classify()
+}
+
+/// The classifier of a function that neither retries nor keeps statistics:
+/// its failures are never looked at.
+pub fn unclassified<E: ?Sized>(_: &E) -> Classification {
+    Classification::Permanent
+}
+
+/// Checks that an argument can be handed to every attempt.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be passed to every attempt: it is not `Clone`",
+    label = "each retry needs its own copy of this argument",
+    note = "`retries` (and `fallback`) run the function again with the same arguments; make `{Self}` `Clone`, pass a reference, or share it through an `Arc`"
+)]
+pub trait ReusableArgument {}
+impl<T: Clone> ReusableArgument for T {}
+
+/// Spanned at each argument's type by the expansion.
+pub fn reusable_argument<T: ReusableArgument>(_: &T) {}
+
+/// Checks the annotated function's return type.
+#[diagnostic::on_unimplemented(
+    message = "`#[resilient]` functions must return `Result<T, E>`, not `{Self}`",
+    label = "not a `Result`",
+    note = "a retry, a breaker and a deadline all need to tell failure from success, and to return their own refusals as the error"
+)]
+pub trait ReturnsResult {
+    /// The error type.
+    type Error;
+}
+impl<T, E> ReturnsResult for Result<T, E> {
+    type Error = E;
+}
+
+/// Checks that the error type can carry the library's refusals.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot carry `resilient::Error`",
+    label = "the error type of this `#[resilient]` function",
+    note = "a passed deadline, an attempt timeout or an open breaker reach the caller as this error type: add `impl From<resilient::Error> for {Self}`, e.g. a variant `{Self}::Resilience(resilient::Error)`"
+)]
+pub trait CarriesRefusals {}
+impl<E: From<Error>> CarriesRefusals for E {}
+
+/// Spanned at the return type by the expansion.
+pub fn returns_result<R>()
+where
+    R: ReturnsResult,
+    R::Error: CarriesRefusals,
+{
+}
+
+/// Checks a parameter that claims to be the idempotency key.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not `resilient::IdempotencyKey`",
+    label = "this parameter is named like an idempotency key",
+    note = "only `resilient::IdempotencyKey` (by value or by reference) lets a non-`idempotent` function be retried"
+)]
+pub trait IsIdempotencyKey {}
+impl IsIdempotencyKey for IdempotencyKey {}
+impl IsIdempotencyKey for &IdempotencyKey {}
+
+/// Spanned at the key parameter's type by the expansion.
+pub fn idempotency_key<T: IsIdempotencyKey>(_: &T) {}
