@@ -100,9 +100,8 @@ fn int<T: std::str::FromStr>(lit: &LitInt, key: &str) -> syn::Result<T>
 where
     T::Err: std::fmt::Display,
 {
-    lit.base10_parse::<T>().map_err(|e| {
-        syn::Error::new(lit.span(), format!("`{key}` takes a whole number: {e}"))
-    })
+    lit.base10_parse::<T>()
+        .map_err(|e| syn::Error::new(lit.span(), format!("`{key}` takes a whole number: {e}")))
 }
 
 impl Args {
@@ -126,7 +125,9 @@ impl Args {
         }
         let expects = match name {
             "retries" | "deadline_ms" | "timeout_ms" | "base_ms" | "cap_ms" => "a whole number",
-            "backoff" => "a string: \"full_jitter\", \"equal_jitter\", \"decorrelated_jitter\" or \"exponential\"",
+            "backoff" => {
+                "a string: \"full_jitter\", \"equal_jitter\", \"decorrelated_jitter\" or \"exponential\""
+            }
             "breaker" | "budget" | "bulkhead" => "a name as a string, like `\"payments\"`",
             "fallback" | "classify" => "a path to a function",
             "crate" => "a path as a string, like `\"::resilient\"`",
@@ -163,7 +164,9 @@ impl Args {
                 let Some(strategy) = STRATEGIES.into_iter().find(|s| *s == text) else {
                     return Err(syn::Error::new(
                         lit.span(),
-                        format!("unknown backoff `{text}`; expected one of: \"full_jitter\" (the default), \"equal_jitter\", \"decorrelated_jitter\", \"exponential\""),
+                        format!(
+                            "unknown backoff `{text}`; expected one of: \"full_jitter\" (the default), \"equal_jitter\", \"decorrelated_jitter\", \"exponential\""
+                        ),
                     ));
                 };
                 set(&mut self.backoff, key, strategy, lit.span())
@@ -178,7 +181,9 @@ impl Args {
                 {
                     return Err(syn::Error::new(
                         lit.span(),
-                        format!("`{name}` names must be non-empty and use only ASCII letters, digits, `_`, `-` and `.`, as in a config file key"),
+                        format!(
+                            "`{name}` names must be non-empty and use only ASCII letters, digits, `_`, `-` and `.`, as in a config file key"
+                        ),
                     ));
                 }
                 let span = lit.span();
@@ -200,7 +205,10 @@ impl Args {
             _ => {
                 let lit: LitStr = input.parse().map_err(|e| wrong(e.span()))?;
                 let path: Path = lit.parse().map_err(|_| {
-                    syn::Error::new(lit.span(), "`crate` takes a path as a string, like `\"::resilient\"`")
+                    syn::Error::new(
+                        lit.span(),
+                        "`crate` takes a path as a string, like `\"::resilient\"`",
+                    )
                 })?;
                 set(&mut self.krate, key, path, lit.span())
             }

@@ -107,7 +107,10 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
     };
     if retries > 0 {
         policy.extend(quote!(.retries(#retries)));
-        let strategy = format_ident!("{}", args.backoff.as_ref().map_or("full_jitter", |b| b.value));
+        let strategy = format_ident!(
+            "{}",
+            args.backoff.as_ref().map_or("full_jitter", |b| b.value)
+        );
         let base = args.base_ms.as_ref().map_or(100, |b| b.value);
         let cap = args.cap_ms.as_ref().map_or(30_000, |c| c.value);
         policy.extend(quote! {

@@ -28,8 +28,16 @@ impl Parse for Func {
         }
         let body: Group = input.parse()?;
         if body.delimiter() != Delimiter::Brace {
-            return Err(syn::Error::new(body.span(), "expected the function's body in braces"));
+            return Err(syn::Error::new(
+                body.span(),
+                "expected the function's body in braces",
+            ));
         }
-        Ok(Func { attrs, vis, sig, body })
+        Ok(Func {
+            attrs,
+            vis,
+            sig,
+            body,
+        })
     }
 }

@@ -96,13 +96,19 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
         ("fallback", args.fallback.as_ref().map(|b| b.span)),
     ] {
         if let Some(span) = span {
-            errors.push(span, format!("`{key}` is not yet supported by this version of `resilient`"));
+            errors.push(
+                span,
+                format!("`{key}` is not yet supported by this version of `resilient`"),
+            );
         }
     }
 
     // The function's shape.
     if sig.asyncness.is_none() {
-        let looks_async_trait = sig.generics.lifetimes().any(|l| l.lifetime.ident == "async_trait")
+        let looks_async_trait = sig
+            .generics
+            .lifetimes()
+            .any(|l| l.lifetime.ident == "async_trait")
             || sig.output.to_token_stream().to_string().contains("Future");
         if looks_async_trait {
             errors.push(
@@ -189,4 +195,3 @@ fn names_idempotency_key(ty: &Type) -> bool {
 fn is_reference(ty: &Type) -> bool {
     matches!(ty, Type::Reference(_))
 }
-

@@ -81,7 +81,9 @@ impl ConfigError {
     }
 
     pub(crate) fn one(problem: Problem) -> Self {
-        Self { problems: vec![problem] }
+        Self {
+            problems: vec![problem],
+        }
     }
 
     /// Every refused setting.

@@ -218,9 +218,10 @@ where
         let (error, class) = match call.attempt(attempt()).await {
             Ok(value) => return Ok(value),
             Err(Failure::Failed(error, class)) => (error, class),
-            Err(Failure::TimedOut(after)) => {
-                (Error::attempt_timed_out(after).into(), Classification::Transient)
-            }
+            Err(Failure::TimedOut(after)) => (
+                Error::attempt_timed_out(after).into(),
+                Classification::Transient,
+            ),
             Err(Failure::Deadline) => return Err(give_up(Error::deadline_exceeded().into())),
             Err(Failure::Refused(refusal)) => return Err(give_up(refusal.into())),
         };

@@ -50,7 +50,11 @@ pub struct Error {
 
 impl Error {
     fn new(kind: ErrorKind, name: Option<Arc<str>>, duration: Option<Duration>) -> Self {
-        Self { kind, name, duration }
+        Self {
+            kind,
+            name,
+            duration,
+        }
     }
 
     pub(crate) fn deadline_exceeded() -> Self {
@@ -134,7 +138,10 @@ impl fmt::Display for Error {
                 None => f.write_str("attempt timed out"),
             },
             ErrorKind::BreakerOpen => match self.duration {
-                Some(d) => write!(f, "circuit breaker `{name}` is open; it admits a probe in {d:?}"),
+                Some(d) => write!(
+                    f,
+                    "circuit breaker `{name}` is open; it admits a probe in {d:?}"
+                ),
                 None => write!(f, "circuit breaker `{name}` is open"),
             },
             ErrorKind::BulkheadFull => write!(f, "bulkhead `{name}` is full"),

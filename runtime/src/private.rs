@@ -1,8 +1,8 @@
 //! What the `#[resilient]` expansion calls. Not a public API: it changes
 //! with the macro, which is pinned to this exact crate version.
 
-pub use crate::engine::{Policy, once, retry};
 pub use crate::Backoff;
+pub use crate::engine::{Policy, once, retry};
 
 use crate::{Classification, Classify, Error, IdempotencyKey};
 

@@ -78,7 +78,13 @@ impl Dependency {
     }
 }
 
-#[resilient(retries = 3, idempotent, backoff = "exponential", base_ms = 100, cap_ms = 1000)]
+#[resilient(
+    retries = 3,
+    idempotent,
+    backoff = "exponential",
+    base_ms = 100,
+    cap_ms = 1000
+)]
 async fn fetch(dep: &Dependency) -> Result<u32, TestError> {
     dep.call().await
 }

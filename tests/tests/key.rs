@@ -1,0 +1,69 @@
+//! Idempotency keys: stable ids validated for use as a header value, random
+//! keys unique and unaffected by seeding the jitter generator.
+
+use std::collections::HashSet;
+
+use proptest::prelude::*;
+use resilient::IdempotencyKey;
+
+#[test]
+fn random_keys_are_version_4_uuids_and_unique() {
+    let keys: HashSet<String> = (0..10_000)
+        .map(|_| IdempotencyKey::random().to_string())
+        .collect();
+    assert_eq!(keys.len(), 10_000);
+    for k in keys.iter().take(100) {
+        let parts: Vec<_> = k.split('-').map(str::len).collect();
+        assert_eq!(parts, [8, 4, 4, 4, 12], "{k}");
+        assert_eq!(&k[14..15], "4", "{k}");
+        assert!("89ab".contains(&k[19..20]), "{k}");
+    }
+}
+
+#[test]
+fn seeding_jitter_does_not_repeat_random_keys() {
+    resilient::seed_jitter(1);
+    let a = IdempotencyKey::random();
+    resilient::seed_jitter(1);
+    let b = IdempotencyKey::random();
+    assert_ne!(a, b);
+}
+
+#[test]
+fn stable_ids_are_kept_as_given() {
+    let key = IdempotencyKey::from_stable_id("order-8812").unwrap();
+    assert_eq!(key.as_str(), "order-8812");
+    assert_eq!(key.to_string(), "order-8812");
+    assert_eq!(key.clone(), key);
+}
+
+#[test]
+fn unusable_stable_ids_are_refused() {
+    for bad in [
+        "",
+        "has space",
+        "quote\"",
+        "back\\slash",
+        "tab\t",
+        "ünïcode",
+        &"x".repeat(256),
+    ] {
+        let err = IdempotencyKey::from_stable_id(bad).unwrap_err();
+        assert!(
+            err.to_string().starts_with("invalid idempotency key: "),
+            "{err}"
+        );
+    }
+    assert!(IdempotencyKey::from_stable_id("x".repeat(255)).is_ok());
+}
+
+proptest! {
+    #[test]
+    fn any_accepted_id_is_a_valid_header_value(s in "\\PC{0,300}") {
+        if let Ok(key) = IdempotencyKey::from_stable_id(&s) {
+            prop_assert!(!key.as_str().is_empty() && key.as_str().len() <= 255);
+            prop_assert!(key.as_str().bytes().all(|b| (0x21..=0x7e).contains(&b) && b != b'"' && b != b'\\'));
+            prop_assert_eq!(key.as_str(), s.as_str());
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! One retrying layer: when annotated functions call each other in one
+//! task, only the layer closest to the failing dependency retries a given
+//! failure. Without the rule, four layers of `retries = 3` would make
+//! 4 x 4 x 4 x 4 = 256 attempts per user request.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use resilient::{Classification, Classify, resilient};
+
+#[derive(Debug)]
+enum E {
+    Unavailable,
+    Resilience(resilient::Error),
+}
+
+impl From<resilient::Error> for E {
+    fn from(e: resilient::Error) -> Self {
+        E::Resilience(e)
+    }
+}
+
+// Deliberately classify everything as transient, refusals included: the
+// rule must hold even when a user's classification is careless.
+impl Classify for E {
+    fn classify(&self) -> Classification {
+        Classification::Transient
+    }
+}
+
+#[derive(Clone, Default)]
+struct Dep {
+    attempts: Arc<AtomicU32>,
+    fail: bool,
+}
+
+impl Dep {
+    async fn call(&self) -> Result<(), E> {
+        self.attempts.fetch_add(1, Ordering::SeqCst);
+        tokio::task::yield_now().await;
+        if self.fail {
+            Err(E::Unavailable)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+#[resilient(retries = 3, idempotent, base_ms = 1, cap_ms = 10)]
+async fn layer1(dep: &Dep) -> Result<(), E> {
+    dep.call().await
+}
+#[resilient(retries = 3, idempotent, base_ms = 1, cap_ms = 10)]
+async fn layer2(dep: &Dep) -> Result<(), E> {
+    layer1(dep).await
+}
+#[resilient(retries = 3, idempotent, base_ms = 1, cap_ms = 10)]
+async fn layer3(dep: &Dep) -> Result<(), E> {
+    layer2(dep).await
+}
+#[resilient(retries = 3, idempotent, base_ms = 1, cap_ms = 10)]
+async fn layer4(dep: &Dep) -> Result<(), E> {
+    layer3(dep).await
+}
+
+#[tokio::test(start_paused = true)]
+async fn four_nested_retrying_layers_make_at_most_four_attempts() {
+    let dep = Dep {
+        fail: true,
+        ..Dep::default()
+    };
+    assert!(matches!(layer4(&dep).await, Err(E::Unavailable)));
+    assert_eq!(dep.attempts.load(Ordering::SeqCst), 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_user_request_is_its_own_scope() {
+    let dep = Dep {
+        fail: true,
+        ..Dep::default()
+    };
+    for n in 1..=5 {
+        let _ = layer4(&dep).await;
+        assert_eq!(dep.attempts.load(Ordering::SeqCst), 4 * n);
+    }
+}
+
+#[resilient(deadline_ms = 1000)]
+async fn no_retry_inner(dep: &Dep) -> Result<(), E> {
+    dep.call().await
+}
+
+#[resilient(retries = 3, idempotent, base_ms = 1, cap_ms = 10)]
+async fn retrying_outer(dep: &Dep) -> Result<(), E> {
+    no_retry_inner(dep).await
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_outer_layer_retries_when_the_inner_one_does_not() {
+    let dep = Dep {
+        fail: true,
+        ..Dep::default()
+    };
+    assert!(retrying_outer(&dep).await.is_err());
+    assert_eq!(dep.attempts.load(Ordering::SeqCst), 4);
+}
+
+#[resilient(deadline_ms = 50)]
+async fn short_inner(dep: &Dep) -> Result<(), E> {
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    dep.call().await
+}
+
+#[resilient(retries = 3, idempotent, base_ms = 1, cap_ms = 10)]
+async fn outer_over_refusal(dep: &Dep, calls: &AtomicU32) -> Result<(), E> {
+    calls.fetch_add(1, Ordering::SeqCst);
+    short_inner(dep).await
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_nested_refusal_is_not_retried_even_if_classified_transient() {
+    let dep = Dep::default();
+    let calls = AtomicU32::new(0);
+    match outer_over_refusal(&dep, &calls).await {
+        Err(E::Resilience(e)) => assert!(e.is_deadline_exceeded()),
+        other => panic!("expected the inner deadline, got {other:?}"),
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(dep.attempts.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_spawned_task_inherits_the_deadline_through_propagate() {
+    let remaining = resilient::with_deadline(std::time::Duration::from_secs(2), async {
+        tokio::spawn(resilient::propagate(async { resilient::remaining() }))
+            .await
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(remaining, Some(std::time::Duration::from_secs(2)));
+    let plain = resilient::with_deadline(std::time::Duration::from_secs(2), async {
+        tokio::spawn(async { resilient::remaining() })
+            .await
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(plain, None, "tokio::spawn alone does not carry task-locals");
+}
