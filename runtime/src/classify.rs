@@ -76,6 +76,14 @@ pub trait Classify {
 impl Classify for io::Error {
     fn classify(&self) -> Classification {
         use io::ErrorKind::*;
+        // A refusal carried inside an `io::Error` (see `From<Error> for
+        // io::Error`) stays a refusal.
+        if self
+            .get_ref()
+            .is_some_and(|inner| inner.downcast_ref::<crate::Error>().is_some())
+        {
+            return Classification::Permanent;
+        }
         match self.kind() {
             Interrupted | TimedOut | ConnectionReset | ConnectionAborted | ConnectionRefused
             | WouldBlock | BrokenPipe | UnexpectedEof | NotConnected | HostUnreachable

@@ -66,10 +66,9 @@ pub fn current_deadline() -> Option<Instant> {
 /// [`GrpcTimeout`](crate::GrpcTimeout)).
 ///
 /// ```
-/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
 /// use std::time::Duration;
 ///
-/// tokio::time::pause();
 /// resilient::with_deadline(Duration::from_millis(500), async {
 ///     tokio::time::sleep(Duration::from_millis(200)).await;
 ///     assert_eq!(resilient::remaining(), Some(Duration::from_millis(300)));

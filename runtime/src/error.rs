@@ -158,3 +158,18 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+/// Lets functions returning `io::Result` be annotated as they are. Timeouts
+/// and passed deadlines become [`io::ErrorKind::TimedOut`], other refusals
+/// [`io::ErrorKind::Other`]; the original is kept as the inner error, and
+/// [`Classify`](crate::Classify) for `io::Error` recognises it as a refusal
+/// (never retried).
+impl From<Error> for std::io::Error {
+    fn from(e: Error) -> Self {
+        let kind = match e.kind {
+            ErrorKind::DeadlineExceeded | ErrorKind::AttemptTimedOut => std::io::ErrorKind::TimedOut,
+            _ => std::io::ErrorKind::Other,
+        };
+        std::io::Error::new(kind, e)
+    }
+}

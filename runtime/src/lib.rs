@@ -1,4 +1,4 @@
-//! `resilient`: calls to unreliable dependencies made safe by default.
+#![doc = include_str!("docs/crate.md")]
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
@@ -31,6 +31,7 @@ pub use context::{current_deadline, propagate, remaining, with_deadline, with_de
 pub use error::{Error, ErrorKind};
 pub use grpc_timeout::{GrpcTimeout, InvalidGrpcTimeout};
 pub use key::{IdempotencyKey, InvalidIdempotencyKey};
+#[doc = include_str!("docs/attribute.md")]
 pub use resilient_macros::resilient;
 pub use rng::seed_jitter;
 
