@@ -167,7 +167,9 @@ impl std::error::Error for Error {}
 impl From<Error> for std::io::Error {
     fn from(e: Error) -> Self {
         let kind = match e.kind {
-            ErrorKind::DeadlineExceeded | ErrorKind::AttemptTimedOut => std::io::ErrorKind::TimedOut,
+            ErrorKind::DeadlineExceeded | ErrorKind::AttemptTimedOut => {
+                std::io::ErrorKind::TimedOut
+            }
             _ => std::io::ErrorKind::Other,
         };
         std::io::Error::new(kind, e)
