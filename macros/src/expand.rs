@@ -28,9 +28,17 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
     let mut outer_sig = sig.clone();
     let mut checks = Vec::new();
     let mut rebinds = Vec::new();
+    // The arguments as the outer function binds them, to pass to a fallback.
+    let mut call_args = Vec::new();
     if checked.reuses_arguments {
         for (i, arg) in outer_sig.inputs.iter_mut().enumerate() {
-            let FnArg::Typed(typed) = arg else { continue };
+            let typed = match arg {
+                FnArg::Receiver(r) => {
+                    call_args.push(r.self_token.to_token_stream());
+                    continue;
+                }
+                FnArg::Typed(typed) => typed,
+            };
             let ty_span = typed.ty.span();
             // The name the outer function binds this argument to.
             let name = match &mut *typed.pat {
@@ -67,6 +75,7 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
                     name
                 }
             };
+            call_args.push(name.to_token_stream());
             // Checks are spanned at the argument's type, so a refusal lands there.
             let at_ty = syn::Ident::new(&name.to_string(), ty_span).into_token_stream();
             let at_ty = if name.to_string().starts_with("__resilient_arg_") {
@@ -128,14 +137,46 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
         let ms = t.value;
         policy.extend(quote!(.timeout_ms(#ms)));
     }
+    for (method, name) in [
+        ("breaker", &args.breaker),
+        ("budget", &args.budget),
+        ("bulkhead", &args.bulkhead),
+    ] {
+        if let Some(name) = name {
+            let method = format_ident!("{}", method);
+            let lit = &name.value;
+            policy.extend(quote!(.#method(#lit)));
+        }
+    }
 
     let policy_ident = format_ident!("__RESILIENT_POLICY", span = Span::mixed_site());
     let call = if checked.reuses_arguments {
-        quote! {
+        let engine = quote! {
             #krate::__private::retry(&#policy_ident, #classifier, || {
                 #(#rebinds)*
                 async move #body
             })
+        };
+        match &args.fallback {
+            None => engine,
+            Some(fallback) => {
+                let path = &fallback.value;
+                let value = format_ident!("__resilient_value", span = Span::mixed_site());
+                let error = format_ident!("__resilient_error", span = Span::mixed_site());
+                // The engine borrowed the arguments; they are free again for
+                // the fallback, which is awaited by the outer `.await` below.
+                quote! {
+                    async {
+                        match #engine.await {
+                            ::core::result::Result::Ok(#value) => ::core::result::Result::Ok(#value),
+                            ::core::result::Result::Err(#error) => {
+                                #krate::__private::fallback_served(&#policy_ident);
+                                #path(#(#call_args,)* #error).await
+                            }
+                        }
+                    }
+                }
+            }
         }
     } else {
         quote! {

@@ -89,20 +89,6 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
             }
         }
     }
-    for (key, span) in [
-        ("breaker", args.breaker.as_ref().map(|b| b.span)),
-        ("budget", args.budget.as_ref().map(|b| b.span)),
-        ("bulkhead", args.bulkhead.as_ref().map(|b| b.span)),
-        ("fallback", args.fallback.as_ref().map(|b| b.span)),
-    ] {
-        if let Some(span) = span {
-            errors.push(
-                span,
-                format!("`{key}` is not yet supported by this version of `resilient`"),
-            );
-        }
-    }
-
     // The function's shape.
     if sig.asyncness.is_none() {
         let looks_async_trait = sig

@@ -18,7 +18,7 @@
 //!
 //! A spawned task starts with neither: tokio does not carry task-locals
 //! across `spawn`. Wrap the spawned future in [`propagate`] to give it the
-//! spawner's deadline. The give-up marker is deliberately not carried: the
+//! spawner's deadline (and its scoped [`Registry`](crate::Registry)). The give-up marker is deliberately not carried: the
 //! spawned task is its own retry scope, and a spawner that awaits its
 //! `JoinHandle` sees only the outcome.
 
@@ -110,13 +110,20 @@ async fn with_deadline_at_opt<F: Future>(
     }
 }
 
-/// Gives `fut` the current task's deadline, for a future about to be spawned:
-/// `tokio::spawn(resilient::propagate(work))`.
+/// Gives `fut` the current task's deadline and registry, for a future about
+/// to be spawned: `tokio::spawn(resilient::propagate(work))`.
 ///
-/// The deadline is captured when `propagate` is called. Only the deadline
-/// is carried; the spawned task is its own retry scope (see the module docs).
+/// Both are captured when `propagate` is called. The spawned task is its own
+/// retry scope (see the module docs).
 pub fn propagate<F: Future>(fut: F) -> impl Future<Output = F::Output> {
-    DEADLINE.scope(current_deadline(), fut)
+    let registry = crate::Registry::scoped();
+    let fut = DEADLINE.scope(current_deadline(), fut);
+    async move {
+        match registry {
+            Some(registry) => registry.scope(fut).await,
+            None => fut.await,
+        }
+    }
 }
 
 /// The sooner of two optional deadlines.

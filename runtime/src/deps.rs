@@ -1,37 +1,136 @@
-//! The named parts a call goes through (breaker, adaptive throttle, bulkhead,
-//! retry budget), resolved from the registry. Stub until the parts land.
+//! The named parts one call goes through, resolved from the registry: its
+//! breaker, the dependency's adaptive throttle, its bulkhead and its retry
+//! budget.
+//!
+//! Per attempt the order is breaker, throttle, bulkhead, then the body
+//! under its timeout. The breaker comes first because an open breaker must
+//! cost nothing, not even a wait for a bulkhead slot; the bulkhead comes
+//! last so that a slot is held only by an attempt that will really run.
+
+use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use crate::Error;
 use crate::outcome::Outcome;
+use crate::registry::Registry;
+use crate::{AdaptiveThrottle, Breaker, BreakerPermit, Bulkhead, BulkheadPermit, Error, RetryBudget};
+
+/// The names one annotated function uses, fixed at compile time.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Names {
+    pub(crate) breaker: Option<&'static str>,
+    pub(crate) budget: Option<&'static str>,
+    pub(crate) bulkhead: Option<&'static str>,
+}
+
+impl Names {
+    pub(crate) const NONE: Names = Names {
+        breaker: None,
+        budget: None,
+        bulkhead: None,
+    };
+
+    pub(crate) const fn is_empty(&self) -> bool {
+        self.breaker.is_none() && self.budget.is_none() && self.bulkhead.is_none()
+    }
+}
 
 /// The parts one call site uses.
-#[derive(Debug, Default)]
-pub(crate) struct Deps {}
+#[derive(Debug)]
+pub(crate) struct Deps {
+    breaker: Option<Arc<Breaker>>,
+    throttle: Option<Arc<AdaptiveThrottle>>,
+    bulkhead: Option<Arc<Bulkhead>>,
+    budget: Option<Arc<RetryBudget>>,
+}
 
-/// What one admitted attempt holds until it finishes.
+/// What one admitted attempt holds until it finishes. Dropping it (a
+/// cancelled call) gives back the breaker's half-open permit and the
+/// bulkhead slot, and records nothing.
 #[derive(Debug)]
 pub(crate) struct Admission<'a> {
-    _deps: &'a Deps,
+    deps: &'a Deps,
+    breaker: Option<BreakerPermit<'a>>,
+    _bulkhead: Option<BulkheadPermit<'a>>,
 }
 
 impl Deps {
-    pub(crate) async fn admit(
-        &self,
-        _now: Instant,
-        _deadline: Option<Instant>,
-    ) -> Result<Admission<'_>, Error> {
-        Ok(Admission { _deps: self })
+    pub(crate) const NONE: Deps = Deps {
+        breaker: None,
+        throttle: None,
+        bulkhead: None,
+        budget: None,
+    };
+
+    pub(crate) fn resolve(registry: &Registry, names: Names) -> Result<Deps, Error> {
+        let breaker = names.breaker.map(|n| registry.resolve_breaker(n)).transpose()?;
+        // A function's budget is the one it names, else its dependency's.
+        let budget = match (names.budget, names.breaker) {
+            (Some(explicit), _) => Some(registry.resolve_budget(explicit, true)?),
+            (None, Some(dependency)) => Some(registry.resolve_budget(dependency, false)?),
+            (None, None) => None,
+        };
+        let throttle = names.breaker.and_then(|n| registry.throttle(n));
+        let bulkhead = names.bulkhead.map(|n| registry.resolve_bulkhead(n)).transpose()?;
+        Ok(Deps {
+            breaker,
+            throttle,
+            bulkhead,
+            budget,
+        })
     }
 
-    pub(crate) fn on_request(&self, _now: Instant) {}
+    pub(crate) async fn admit(
+        &self,
+        now: Instant,
+        deadline: Option<Instant>,
+    ) -> Result<Admission<'_>, Error> {
+        let breaker = match &self.breaker {
+            Some(b) => Some(b.try_acquire_at(now)?),
+            None => None,
+        };
+        if let Some(t) = &self.throttle {
+            if !t.admit(now) {
+                return Err(Error::load_shed(Arc::from(t.name())));
+            }
+        }
+        let bulkhead = match &self.bulkhead {
+            Some(b) => Some(b.acquire(deadline).await?),
+            None => None,
+        };
+        Ok(Admission {
+            deps: self,
+            breaker,
+            _bulkhead: bulkhead,
+        })
+    }
 
-    pub(crate) fn try_retry(&self, _now: Instant) -> bool {
-        true
+    /// Does finishing an attempt need the time it ended?
+    pub(crate) fn needs_end_time(&self) -> bool {
+        self.breaker.is_some() || self.throttle.is_some() || self.budget.is_some()
+    }
+
+    pub(crate) fn on_request(&self, now: Instant) {
+        if let Some(b) = &self.budget {
+            b.on_request(now);
+        }
+    }
+
+    pub(crate) fn try_retry(&self, now: Instant) -> bool {
+        self.budget.as_ref().is_none_or(|b| b.try_retry(now))
     }
 }
 
 impl Admission<'_> {
-    pub(crate) fn finish(self, _outcome: Outcome, _end: Instant) {}
+    pub(crate) fn finish(self, outcome: Outcome, end: Instant) {
+        if let Some(permit) = self.breaker {
+            permit.record_at(outcome, end);
+        }
+        if let Some(t) = &self.deps.throttle {
+            t.on_outcome(!matches!(outcome, Outcome::Failure { .. }), end);
+        }
+        if let Some(b) = &self.deps.budget {
+            b.on_outcome(outcome, end);
+        }
+    }
 }

@@ -3,6 +3,8 @@
 //! each failure.
 
 use std::future::Future;
+use std::ops::Deref;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -12,7 +14,8 @@ use crate::context::{
     current_deadline, earliest, give_ups, in_retry_scope, mark_gave_up, scope_deadline,
     scope_retries,
 };
-use crate::deps::Deps;
+use crate::deps::{Deps, Names};
+use crate::registry::Registry;
 use crate::outcome::Outcome;
 use crate::{Classification, Error};
 
@@ -24,6 +27,9 @@ pub struct Policy {
     deadline: Option<Duration>,
     timeout: Option<Duration>,
     backoff: Backoff,
+    names: Names,
+    /// The parts from the global registry, found on the first call.
+    global: OnceLock<Result<Deps, Error>>,
 }
 
 impl Policy {
@@ -35,7 +41,32 @@ impl Policy {
             deadline: None,
             timeout: None,
             backoff: Backoff::full_jitter(DEFAULT_BASE, DEFAULT_CAP),
+            names: Names::NONE,
+            global: OnceLock::new(),
         }
+    }
+
+    /// `breaker = "name"`.
+    pub const fn breaker(mut self, name: &'static str) -> Self {
+        self.names.breaker = Some(name);
+        self
+    }
+
+    /// `budget = "name"`.
+    pub const fn budget(mut self, name: &'static str) -> Self {
+        self.names.budget = Some(name);
+        self
+    }
+
+    /// `bulkhead = "name"`.
+    pub const fn bulkhead(mut self, name: &'static str) -> Self {
+        self.names.bulkhead = Some(name);
+        self
+    }
+
+    /// The function's path, for telemetry.
+    pub const fn function(&self) -> &'static str {
+        self.function
     }
 
     /// `retries = n`.
@@ -62,9 +93,42 @@ impl Policy {
         self
     }
 
-    fn deps(&'static self) -> Result<&'static Deps, Error> {
-        static NONE: Deps = Deps {};
-        Ok(&NONE)
+    /// The named parts this call goes through. From the global registry
+    /// they are found once per call site and cached, so the success path
+    /// does no lookup; a registry scoped around the task (tests) is
+    /// searched on every call.
+    fn deps(&'static self) -> Result<DepsRef, Error> {
+        static NONE: Deps = Deps::NONE;
+        if self.names.is_empty() {
+            return Ok(DepsRef::Static(&NONE));
+        }
+        if let Some(registry) = Registry::scoped() {
+            return Deps::resolve(&registry, self.names).map(DepsRef::Owned);
+        }
+        match self
+            .global
+            .get_or_init(|| Deps::resolve(Registry::global(), self.names))
+        {
+            Ok(deps) => Ok(DepsRef::Static(deps)),
+            Err(e) => Err(e.clone()),
+        }
+    }
+}
+
+/// The parts of one call: cached for the call site, or resolved for it.
+enum DepsRef {
+    Static(&'static Deps),
+    Owned(Deps),
+}
+
+impl Deref for DepsRef {
+    type Target = Deps;
+
+    fn deref(&self) -> &Deps {
+        match self {
+            DepsRef::Static(d) => d,
+            DepsRef::Owned(d) => d,
+        }
     }
 }
 
@@ -84,7 +148,7 @@ enum Failure<E> {
 struct Call<C> {
     policy: &'static Policy,
     classify: C,
-    deps: &'static Deps,
+    deps: DepsRef,
     deadline: Option<Instant>,
 }
 
@@ -129,7 +193,13 @@ impl<C> Call<C> {
             // none of them plans a retry the attempt cannot wait for.
             Some(d) => tokio::time::timeout_at(d, scope_deadline(Some(d), fut)).await,
         };
-        let end = Instant::now();
+        // The end time feeds breakers (slow calls) and windows; without
+        // them, save the clock read.
+        let end = if self.deps.needs_end_time() {
+            Instant::now()
+        } else {
+            now
+        };
         match result {
             Ok(Ok(value)) => {
                 admission.finish(Outcome::Success, end);
@@ -234,6 +304,11 @@ where
             return Err(error);
         }
         if retry >= policy.retries {
+            // A layer that never retries (only here for its fallback) has
+            // not retried this failure: an enclosing layer still may.
+            if policy.retries == 0 {
+                return Err(error);
+            }
             trace_give_up(policy, retry, "retries spent");
             return Err(give_up(error));
         }

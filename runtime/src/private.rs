@@ -6,6 +6,17 @@ pub use crate::engine::{Policy, once, retry};
 
 use crate::{Classification, Classify, Error, IdempotencyKey};
 
+/// Counts and traces a call answered by its fallback: a caller given a
+/// degraded answer, which a dashboard should show.
+pub fn fallback_served(policy: &'static Policy) {
+    crate::Registry::current().count_fallback(policy.function());
+    #[cfg(feature = "tracing")]
+    tracing::warn!(
+        function = policy.function(),
+        "resilient: the call failed; serving its fallback"
+    );
+}
+
 /// The classifier of a function without its own `classify = path`.
 pub fn classify_by_trait<E: Classify + ?Sized>(error: &E) -> Classification {
     error.classify()

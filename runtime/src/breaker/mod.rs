@@ -1,1 +1,478 @@
-//! (being written)
+//! Circuit breakers: stop calling a dependency that keeps failing, give it
+//! time to recover, then let a few probe calls decide whether it has.
+//!
+//! A [`Breaker`] owns one dependency's state machine. Every call asks it for
+//! a [`BreakerPermit`] first ([`Breaker::try_acquire`]) and reports its
+//! outcome through the permit ([`BreakerPermit::record`]).
+//!
+//! # States
+//!
+//! - **Closed**: calls run; their outcomes go into a sliding window. Once the
+//!   window holds at least `minimum_number_of_calls` outcomes, the breaker
+//!   opens when the failure rate reaches `failure_rate_threshold`, or the
+//!   slow-call rate reaches `slow_call_rate_threshold`. A call slower than
+//!   `slow_call_duration_threshold` is slow whether it succeeded or failed.
+//!   The rates are checked after every outcome, successes included.
+//! - **Open**: calls are refused at once with [`ErrorKind::BreakerOpen`]
+//!   (its [`Error::retry_in`] says when probes will be let through). After
+//!   `wait_duration_in_open_state`, the next acquire moves it to half-open.
+//! - **Half-open**: `permitted_number_of_calls_in_half_open_state` probe
+//!   calls run, the rest are refused. When that many probe outcomes are in,
+//!   the same two thresholds decide: closed with an empty window, or open again.
+//! - **Disabled**: every call runs and nothing is recorded.
+//! - **Forced open**: every call is refused, with no `retry_in`.
+//! - **Metrics only**: every call runs and is recorded, but the breaker never opens.
+//!
+//! The last three are reached only by hand ([`Breaker::transition_to`]) or by
+//! `initial_state`, and left only by hand.
+//!
+//! # The sliding window
+//!
+//! [`SlidingWindow::CountBased`] keeps the last `size` outcomes;
+//! [`SlidingWindow::TimeBased`] keeps the outcomes of the last `seconds`
+//! seconds, in one bucket per second, so an outcome leaves the window between
+//! `seconds - 1` and `seconds` seconds after it was recorded.
+//! An outcome the function's error classifies as permanent
+//! ([`Classification::Permanent`]: the caller's own mistake) counts as neither
+//! a success nor a failure: it says nothing about the dependency's health.
+//!
+//! # Defaults
+//!
+//! The defaults are those of Resilience4j's `CircuitBreakerConfig`, as
+//! listed in its documentation (<https://resilience4j.readme.io/docs/circuitbreaker>):
+//!
+//! | key | default |
+//! |---|---|
+//! | `failure_rate_threshold` | 50 % |
+//! | `slow_call_rate_threshold` | 100 % |
+//! | `slow_call_duration_threshold_ms` | 60 000 (60 s) |
+//! | `permitted_number_of_calls_in_half_open_state` | 10 |
+//! | `sliding_window_type` | `count_based` |
+//! | `sliding_window_size` | 100 |
+//! | `minimum_number_of_calls` | 100 |
+//! | `wait_duration_in_open_state_ms` | 60 000 (60 s) |
+//! | `honor_retry_after` | `true` (ours; Resilience4j has no such setting) |
+//! | `initial_state` | `closed` (ours) |
+//!
+//! # Differences from Resilience4j
+//!
+//! - **`Retry-After` is obeyed by everyone.** A failure classified
+//!   [`Classification::Throttled`] with a `retry_after` opens the breaker (from
+//!   closed or half-open) until at least that moment, and an open breaker's
+//!   open-until is pushed back to it if it is later. The server told us to stay
+//!   away; every caller sharing the breaker should, not just the one that
+//!   asked. It is obeyed even when the call was admitted under an earlier
+//!   state, since it speaks about the server now. Turn it off with
+//!   `honor_retry_after = false`. A `Retry-After` of zero is no instruction
+//!   and is ignored. After the wait, probes decide as usual.
+//! - **Impossible settings are refused, not adjusted.** Resilience4j quietly
+//!   caps `minimum_number_of_calls` at a count-based window's size; we refuse
+//!   the configuration, since a window of 10 calls can never hold 100 and the
+//!   author meant something else. Window sizes (at most 1 000 000 calls or
+//!   86 400 seconds) and half-open permits (at most 1 048 575) are bounded.
+//! - **Outcomes of a previous state are dropped.** Every transition bumps a
+//!   generation number that each permit carries. An outcome recorded after
+//!   the breaker changed state (the call started in closed and ended after
+//!   the breaker opened, say) is not evidence about the new state and is not
+//!   counted. A call finishing at the very instant of a transition may still
+//!   land on either side of it.
+//! - **A cancelled call is not an outcome.** Dropping a permit without
+//!   recording (the future was dropped, a deadline passed before the call
+//!   started) records nothing and hands a half-open permit back.
+//! - **Automatic transition from open to half-open** happens on the first
+//!   acquire after the wait (as in Resilience4j without
+//!   `automaticTransitionFromOpenToHalfOpenEnabled`); no timer thread runs.
+//! - **Metrics-only breakers** do not emit rate-exceeded events.
+//! - **Per-second buckets count at most 16 383 calls per second**; further
+//!   outcomes in that second are left out of a time-based window, whose rates
+//!   are then those of the first 16 383 calls of the second.
+//! - There is no `record_exceptions` / `ignore_exceptions` list: the error
+//!   type's [`Classify`](crate::Classify) implementation decides.
+//!
+//! # Never retry through an open breaker
+//!
+//! A breaker opens to give a failing dependency room to recover. A retry
+//! loop that treated [`ErrorKind::BreakerOpen`] as transient would spin on
+//! the refusal, burning its attempts in microseconds, or, with backoff,
+//! queue up callers that all rush the dependency the moment it half-opens.
+//! That is why [`Error`] always classifies as permanent: the refusal is
+//! returned to the caller at once, and the retry loop takes the breaker's
+//! permit once per attempt, so each retry is itself a call the breaker may
+//! refuse.
+//!
+//! # Concurrency
+//!
+//! The state machine is lock-free: a closed breaker admits a call with one
+//! atomic load, and records an outcome with a few atomic operations, no lock
+//! and no allocation (a success replacing a success in a count-based window
+//! does not even touch the totals). The core (`core.rs`) is model-checked with `loom`.
+//!
+//! [`ErrorKind::BreakerOpen`]: crate::ErrorKind::BreakerOpen
+//! [`Error`]: crate::Error
+//! [`Error::retry_in`]: crate::Error::retry_in
+//! [`Classification::Permanent`]: crate::Classification::Permanent
+//! [`Classification::Throttled`]: crate::Classification::Throttled
+
+mod config;
+mod core;
+mod events;
+mod snapshot;
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+pub use self::config::{BreakerConfig, SlidingWindow};
+use self::core::{Acquired, Admission, Core, Phase, Sample, Settings, Transition, WindowKind};
+pub use self::events::{BreakerEvent, EventHub, Subscription};
+pub use self::snapshot::BreakerSnapshot;
+use crate::config::ConfigError;
+use crate::outcome::Outcome;
+
+/// The state of a circuit breaker. Displayed in snake case (`half_open`), as
+/// in configuration files.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum State {
+    /// Calls run and are counted.
+    Closed,
+    /// Calls are refused until the wait is over.
+    Open,
+    /// A few probe calls run; their outcomes decide.
+    HalfOpen,
+    /// Calls run and nothing is counted.
+    Disabled,
+    /// Calls are refused until someone changes the state by hand.
+    ForcedOpen,
+    /// Calls run and are counted, but the breaker never opens.
+    MetricsOnly,
+}
+
+impl State {
+    fn phase(self) -> Phase {
+        match self {
+            State::Closed => Phase::Closed,
+            State::Open => Phase::Open,
+            State::HalfOpen => Phase::HalfOpen,
+            State::Disabled => Phase::Disabled,
+            State::ForcedOpen => Phase::ForcedOpen,
+            State::MetricsOnly => Phase::MetricsOnly,
+        }
+    }
+
+    fn of(phase: Phase) -> State {
+        match phase {
+            Phase::Closed => State::Closed,
+            Phase::Open => State::Open,
+            Phase::HalfOpen => State::HalfOpen,
+            Phase::Disabled => State::Disabled,
+            Phase::ForcedOpen => State::ForcedOpen,
+            Phase::MetricsOnly => State::MetricsOnly,
+        }
+    }
+}
+
+impl fmt::Display for State {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            State::Closed => "closed",
+            State::Open => "open",
+            State::HalfOpen => "half_open",
+            State::Disabled => "disabled",
+            State::ForcedOpen => "forced_open",
+            State::MetricsOnly => "metrics_only",
+        })
+    }
+}
+
+/// A circuit breaker guarding one dependency. Share it as `Arc<Breaker>`.
+///
+/// ```
+/// use resilient::{Breaker, BreakerConfig, Classification, State};
+///
+/// let breaker = Breaker::new("inventory", BreakerConfig::default()).unwrap();
+/// let permit = breaker.try_acquire().expect("a new breaker is closed");
+/// // ... make the call, then say how it went:
+/// permit.record(Some(Classification::Transient));
+/// assert_eq!(breaker.state(), State::Closed);
+/// ```
+pub struct Breaker {
+    name: Arc<str>,
+    config: BreakerConfig,
+    core: Core,
+    origin: Instant,
+    not_permitted: AtomicU64,
+    events: Arc<EventHub>,
+}
+
+impl fmt::Debug for Breaker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Breaker")
+            .field("name", &self.name)
+            .field("state", &self.state())
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl Breaker {
+    /// A breaker named `name`, after checking `config`; the error lists every
+    /// refused setting.
+    pub fn new(name: impl Into<Arc<str>>, config: BreakerConfig) -> Result<Breaker, ConfigError> {
+        let name = name.into();
+        ConfigError::from_problems(config.validate(&name))?;
+        Ok(Breaker::with_events(name, config, EventHub::new()))
+    }
+
+    /// A breaker whose events go to a hub shared with others (a registry's);
+    /// `config` must already be validated.
+    pub(crate) fn with_events(
+        name: Arc<str>,
+        config: BreakerConfig,
+        events: Arc<EventHub>,
+    ) -> Breaker {
+        let settings = Settings {
+            failure_rate_threshold: config.failure_rate_threshold,
+            slow_call_rate_threshold: config.slow_call_rate_threshold,
+            minimum_calls: config.minimum_number_of_calls,
+            permitted_in_half_open: config.permitted_number_of_calls_in_half_open_state,
+            wait_ns: nanos(config.wait_duration_in_open_state),
+            window: match config.sliding_window {
+                SlidingWindow::CountBased { size } => WindowKind::Count(size),
+                SlidingWindow::TimeBased { seconds } => WindowKind::Time(seconds),
+            },
+        };
+        Breaker {
+            core: Core::new(settings, config.initial_state.phase()),
+            name,
+            config,
+            origin: Instant::now(),
+            not_permitted: AtomicU64::new(0),
+            events,
+        }
+    }
+
+    /// The breaker's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The breaker's current state. An open breaker whose wait is over still
+    /// reports open until the next acquire moves it to half-open.
+    pub fn state(&self) -> State {
+        State::of(self.core.phase())
+    }
+
+    /// The settings the breaker was built with.
+    pub fn config(&self) -> &BreakerConfig {
+        &self.config
+    }
+
+    fn since_origin(&self, now: Instant) -> u64 {
+        nanos(now.saturating_duration_since(self.origin))
+    }
+
+    /// Asks to make one call. `Err` is an [`ErrorKind::BreakerOpen`]
+    /// refusal: do not make the call, and do not retry it.
+    ///
+    /// [`ErrorKind::BreakerOpen`]: crate::ErrorKind::BreakerOpen
+    pub fn try_acquire(&self) -> Result<BreakerPermit<'_>, crate::Error> {
+        self.try_acquire_at(Instant::now())
+    }
+
+    pub(crate) fn try_acquire_at(&self, now: Instant) -> Result<BreakerPermit<'_>, crate::Error> {
+        match self.core.try_acquire(self.since_origin(now)) {
+            Acquired::Admitted {
+                admission,
+                transition,
+            } => {
+                if let Some(t) = transition {
+                    self.announce(t);
+                }
+                Ok(BreakerPermit {
+                    breaker: self,
+                    admission,
+                    start: now,
+                    done: false,
+                })
+            }
+            Acquired::Rejected { retry_in_ns } => {
+                self.not_permitted.fetch_add(1, Ordering::Relaxed);
+                if self.events.is_observed() {
+                    self.events.emit(&BreakerEvent::CallNotPermitted {
+                        name: Arc::clone(&self.name),
+                    });
+                }
+                Err(crate::Error::breaker_open(
+                    Arc::clone(&self.name),
+                    retry_in_ns.map(Duration::from_nanos),
+                ))
+            }
+        }
+    }
+
+    /// Moves the breaker to `to` by hand, whatever its state. Every state but
+    /// open and half-open starts with an empty window; open waits
+    /// `wait_duration_in_open_state` from now. Calls in flight when the state
+    /// changes are not counted in the new state. Announced as a
+    /// [`BreakerEvent::StateTransition`] even when `to` is the current state
+    /// (the window is emptied all the same).
+    pub fn transition_to(&self, to: State) {
+        let t = self
+            .core
+            .transition_to(to.phase(), self.since_origin(Instant::now()));
+        self.announce(t);
+    }
+
+    /// Closes the breaker with an empty window and zeroes its count of
+    /// refused calls; announced as a transition to closed.
+    pub fn reset(&self) {
+        let t = self
+            .core
+            .transition_to(Phase::Closed, self.since_origin(Instant::now()));
+        self.not_permitted.store(0, Ordering::Relaxed);
+        self.announce(t);
+    }
+
+    /// The breaker's state and counts now.
+    pub fn snapshot(&self) -> BreakerSnapshot {
+        let m = self.core.metrics(self.since_origin(Instant::now()));
+        let count = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+        BreakerSnapshot {
+            name: self.name.to_string(),
+            state: State::of(m.phase),
+            failure_rate: m.failure_rate,
+            slow_call_rate: m.slow_call_rate,
+            buffered_calls: count(m.calls),
+            failed_calls: count(m.failed),
+            slow_calls: count(m.slow),
+            not_permitted_calls: self.not_permitted.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Calls `f` with every event of this breaker until the returned
+    /// [`Subscription`] is dropped. `f` runs on the thread that caused the
+    /// event, so it should be quick.
+    pub fn subscribe(&self, f: impl Fn(&BreakerEvent) + Send + Sync + 'static) -> Subscription {
+        let name = Arc::clone(&self.name);
+        self.events.subscribe(move |event| {
+            if event.name() == &*name {
+                f(event)
+            }
+        })
+    }
+
+    fn announce(&self, t: Transition) {
+        let (from, to) = (State::of(t.from), State::of(t.to));
+        #[cfg(feature = "tracing")]
+        {
+            let name: &str = &self.name;
+            let (failure_rate, slow_call_rate) = (t.failure_rate, t.slow_call_rate);
+            if matches!(to, State::Open | State::ForcedOpen) {
+                tracing::warn!(breaker = name, %from, %to, ?failure_rate, ?slow_call_rate, "circuit breaker opened");
+            } else {
+                tracing::info!(breaker = name, %from, %to, "circuit breaker changed state");
+            }
+        }
+        if !self.events.is_observed() {
+            return;
+        }
+        if let Some(rate) = t.failure_rate {
+            self.events.emit(&BreakerEvent::FailureRateExceeded {
+                name: Arc::clone(&self.name),
+                rate,
+            });
+        }
+        if let Some(rate) = t.slow_call_rate {
+            self.events.emit(&BreakerEvent::SlowCallRateExceeded {
+                name: Arc::clone(&self.name),
+                rate,
+            });
+        }
+        self.events.emit(&BreakerEvent::StateTransition {
+            name: Arc::clone(&self.name),
+            from,
+            to,
+        });
+    }
+}
+
+/// Leave to make one call through a [`Breaker`]. Report how the call went
+/// with [`BreakerPermit::record`]; dropping the permit instead means the call
+/// was cancelled: nothing is recorded, and a half-open probe slot is handed
+/// back.
+#[must_use = "a permit dropped without `record` counts as a cancelled call"]
+pub struct BreakerPermit<'a> {
+    breaker: &'a Breaker,
+    admission: Admission,
+    start: Instant,
+    done: bool,
+}
+
+impl fmt::Debug for BreakerPermit<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BreakerPermit")
+            .field("breaker", &self.breaker.name)
+            .field("admitted_in", &State::of(self.admission.phase))
+            .finish_non_exhaustive()
+    }
+}
+
+impl BreakerPermit<'_> {
+    /// Reports the call's outcome: `None` for success, or how its error was
+    /// classified. The call's duration, measured from the acquire, decides
+    /// whether it was slow.
+    pub fn record(self, result: Option<crate::Classification>) {
+        let outcome = result.map_or(Outcome::Success, Outcome::of_failure);
+        self.record_at(outcome, Instant::now());
+    }
+
+    pub(crate) fn record_at(mut self, outcome: Outcome, now: Instant) {
+        self.done = true;
+        let breaker = self.breaker;
+        let config = &breaker.config;
+        let now_ns = breaker.since_origin(now);
+        let slow =
+            || now.saturating_duration_since(self.start) > config.slow_call_duration_threshold;
+        let sample = match outcome {
+            Outcome::Ignored => Sample::Ignored,
+            Outcome::Success => Sample::Call {
+                failed: false,
+                slow: slow(),
+                hold_until_ns: None,
+            },
+            Outcome::Failure { retry_after } => Sample::Call {
+                failed: true,
+                slow: slow(),
+                hold_until_ns: retry_after
+                    .filter(|d| config.honor_retry_after && !d.is_zero())
+                    .map(|d| now_ns.saturating_add(nanos(d))),
+            },
+        };
+        for t in breaker
+            .core
+            .record(self.admission, sample, now_ns)
+            .into_iter()
+            .flatten()
+        {
+            breaker.announce(t);
+        }
+    }
+}
+
+impl Drop for BreakerPermit<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.breaker.core.release(self.admission);
+        }
+    }
+}

@@ -1,0 +1,865 @@
+//! The lock-free state machine of one circuit breaker and its sliding
+//! windows, on integer time (nanoseconds since the breaker's origin).
+//!
+//! This file names its atomics through `crate::sync::atomic` only and uses no
+//! other module of the crate: `tests/tests/model_breaker.rs` compiles this very
+//! file against `loom`'s atomics, so the code that ships is the code that is
+//! model-checked.
+//!
+//! # The state word
+//!
+//! Everything that decides admission lives in one `AtomicU64`, so that a single
+//! compare-and-swap both checks and changes it:
+//!
+//! ```text
+//! bits 0..3    phase
+//! bits 3..24   generation (wrapping), bumped by every transition
+//! bits 24..64  Open: open-until, milliseconds since the origin
+//!              HalfOpen: permits taken (24..44) | probe outcomes recorded (44..64)
+//! ```
+//!
+//! The generation travels with every permit; an outcome is counted only while
+//! the word still carries the generation it was admitted under.
+
+use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+const GEN_SHIFT: u32 = 3;
+const GEN_BITS: u32 = 21;
+const GEN_MASK: u64 = (1 << GEN_BITS) - 1;
+const PAYLOAD_SHIFT: u32 = 24;
+const FIELD20: u64 = (1 << 20) - 1;
+const UNTIL_MAX_MS: u64 = (1 << 40) - 1;
+const NANOS_PER_MS: u64 = 1_000_000;
+const NANOS_PER_SEC: u64 = 1_000_000_000;
+
+/// The most half-open probes the state word can count.
+pub(crate) const MAX_HALF_OPEN_PERMITS: u32 = (1 << 20) - 1;
+/// The largest count-based window: one `AtomicU32` per slot is allocated up
+/// front, so a typo must not allocate gigabytes.
+pub(crate) const MAX_COUNT_WINDOW: u32 = 1_000_000;
+/// The longest time-based window. Bucket tags are compared by wrapping
+/// difference in 22 bits, which needs windows far shorter than 2^21 seconds.
+pub(crate) const MAX_TIME_WINDOW_SECS: u32 = 86_400;
+
+/// The phase of a breaker, as stored in the state word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Closed,
+    Open,
+    HalfOpen,
+    Disabled,
+    ForcedOpen,
+    MetricsOnly,
+}
+
+impl Phase {
+    fn code(self) -> u64 {
+        match self {
+            Phase::Closed => 0,
+            Phase::Open => 1,
+            Phase::HalfOpen => 2,
+            Phase::Disabled => 3,
+            Phase::ForcedOpen => 4,
+            Phase::MetricsOnly => 5,
+        }
+    }
+
+    fn from_code(code: u64) -> Phase {
+        match code {
+            0 => Phase::Closed,
+            1 => Phase::Open,
+            2 => Phase::HalfOpen,
+            3 => Phase::Disabled,
+            4 => Phase::ForcedOpen,
+            _ => Phase::MetricsOnly,
+        }
+    }
+
+    /// Phases whose outcomes go into the sliding window.
+    fn records(self) -> bool {
+        matches!(self, Phase::Closed | Phase::MetricsOnly)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Word(u64);
+
+impl Word {
+    fn new(phase: Phase, generation: u32, payload: u64) -> Word {
+        Word(
+            phase.code()
+                | ((generation as u64 & GEN_MASK) << GEN_SHIFT)
+                | (payload << PAYLOAD_SHIFT),
+        )
+    }
+    fn half_open(generation: u32, taken: u64, recorded: u64) -> Word {
+        Word::new(Phase::HalfOpen, generation, taken | (recorded << 20))
+    }
+    fn phase(self) -> Phase {
+        Phase::from_code(self.0 & 0b111)
+    }
+    fn generation(self) -> u32 {
+        ((self.0 >> GEN_SHIFT) & GEN_MASK) as u32
+    }
+    fn next_generation(self) -> u32 {
+        ((self.generation() as u64 + 1) & GEN_MASK) as u32
+    }
+    fn payload(self) -> u64 {
+        self.0 >> PAYLOAD_SHIFT
+    }
+    fn until_ms(self) -> u64 {
+        self.payload()
+    }
+    fn taken(self) -> u64 {
+        self.payload() & FIELD20
+    }
+    fn recorded(self) -> u64 {
+        (self.payload() >> 20) & FIELD20
+    }
+}
+
+/// `a` is a later generation than `b` (both wrapping in `GEN_BITS`).
+fn gen_newer(a: u64, b: u64) -> bool {
+    let d = a.wrapping_sub(b) & GEN_MASK;
+    d != 0 && d < (1 << (GEN_BITS - 1))
+}
+
+/// Which kind of sliding window, with its size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WindowKind {
+    /// The last `size` outcomes.
+    Count(u32),
+    /// The outcomes of the last `seconds` whole seconds.
+    Time(u32),
+}
+
+/// What the core needs of the configuration; already validated.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Settings {
+    pub(crate) failure_rate_threshold: f64,
+    pub(crate) slow_call_rate_threshold: f64,
+    pub(crate) minimum_calls: u32,
+    pub(crate) permitted_in_half_open: u32,
+    pub(crate) wait_ns: u64,
+    pub(crate) window: WindowKind,
+}
+
+/// A granted permit, as the core sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Admission {
+    pub(crate) phase: Phase,
+    pub(crate) generation: u32,
+}
+
+/// The answer to an acquire.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Acquired {
+    /// Run the call. `transition` is set for the one caller whose acquire moved
+    /// the breaker from open to half-open.
+    Admitted {
+        admission: Admission,
+        transition: Option<Transition>,
+    },
+    /// Do not run it. `retry_in_ns` is the time left until a probe is admitted,
+    /// when known.
+    Rejected { retry_in_ns: Option<u64> },
+}
+
+/// One outcome handed to the core.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sample {
+    /// Counts as neither failure nor success; returns a half-open permit.
+    Ignored,
+    /// A finished call.
+    Call {
+        failed: bool,
+        slow: bool,
+        /// Stay open at least until this instant (nanoseconds since origin):
+        /// the server's `Retry-After`, when it is honoured.
+        hold_until_ns: Option<u64>,
+    },
+}
+
+/// A transition performed by the caller that receives it (exactly one caller
+/// receives each transition).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Transition {
+    pub(crate) from: Phase,
+    pub(crate) to: Phase,
+    /// The failure rate, when it is what tripped the breaker.
+    pub(crate) failure_rate: Option<f32>,
+    /// The slow-call rate, when it is what tripped the breaker.
+    pub(crate) slow_call_rate: Option<f32>,
+}
+
+impl Transition {
+    fn plain(from: Phase, to: Phase) -> Transition {
+        Transition {
+            from,
+            to,
+            failure_rate: None,
+            slow_call_rate: None,
+        }
+    }
+}
+
+/// Counts and rates for a snapshot.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Metrics {
+    pub(crate) phase: Phase,
+    pub(crate) calls: u64,
+    pub(crate) failed: u64,
+    pub(crate) slow: u64,
+    pub(crate) failure_rate: Option<f32>,
+    pub(crate) slow_call_rate: Option<f32>,
+}
+
+/// Window totals. Updated with wrapping adds by whoever put counts into, or
+/// took counts out of, a slot or bucket; so they equal the sum of the slots
+/// once writers finish, but a reader racing a writer may see a count whose
+/// subtraction arrived before its addition. `read` refuses such a view.
+#[derive(Debug)]
+struct Totals {
+    calls: AtomicU64,
+    failed: AtomicU64,
+    slow: AtomicU64,
+}
+
+impl Totals {
+    fn new() -> Totals {
+        Totals {
+            calls: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            slow: AtomicU64::new(0),
+        }
+    }
+
+    fn add(&self, calls: u64, failed: u64, slow: u64) {
+        if calls != 0 {
+            self.calls.fetch_add(calls, Ordering::AcqRel);
+        }
+        if failed != 0 {
+            self.failed.fetch_add(failed, Ordering::AcqRel);
+        }
+        if slow != 0 {
+            self.slow.fetch_add(slow, Ordering::AcqRel);
+        }
+    }
+
+    fn sub(&self, calls: u64, failed: u64, slow: u64) {
+        self.add(
+            calls.wrapping_neg(),
+            failed.wrapping_neg(),
+            slow.wrapping_neg(),
+        );
+    }
+
+    fn read(&self) -> Option<(u64, u64, u64)> {
+        let calls = self.calls.load(Ordering::Acquire);
+        let failed = self.failed.load(Ordering::Acquire);
+        let slow = self.slow.load(Ordering::Acquire);
+        let sane = |v: u64| (v as i64) >= 0 && v <= calls;
+        ((calls as i64) >= 0 && sane(failed) && sane(slow)).then_some((calls, failed, slow))
+    }
+}
+
+// Count window slot: 0 = empty, else bit 0 | failed << 1 | slow << 2.
+fn slot_value(failed: bool, slow: bool) -> u32 {
+    1 | (u32::from(failed) << 1) | (u32::from(slow) << 2)
+}
+fn slot_counts(v: u32) -> (u64, u64, u64) {
+    ((v & 1) as u64, ((v >> 1) & 1) as u64, ((v >> 2) & 1) as u64)
+}
+
+// Time window bucket: tag (second since origin, 22 bits) | calls | failed | slow (14 bits each).
+const TAG_BITS: u32 = 22;
+const TAG_MASK: u64 = (1 << TAG_BITS) - 1;
+const COUNT_BITS: u32 = 14;
+const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
+const CALLS_SHIFT: u32 = TAG_BITS;
+const FAILED_SHIFT: u32 = TAG_BITS + COUNT_BITS;
+const SLOW_SHIFT: u32 = TAG_BITS + 2 * COUNT_BITS;
+
+fn bucket_tag(w: u64) -> u64 {
+    w & TAG_MASK
+}
+fn bucket_counts(w: u64) -> (u64, u64, u64) {
+    (
+        (w >> CALLS_SHIFT) & COUNT_MASK,
+        (w >> FAILED_SHIFT) & COUNT_MASK,
+        (w >> SLOW_SHIFT) & COUNT_MASK,
+    )
+}
+fn bucket_delta(failed: bool, slow: bool) -> u64 {
+    (1 << CALLS_SHIFT) | (u64::from(failed) << FAILED_SHIFT) | (u64::from(slow) << SLOW_SHIFT)
+}
+/// How many seconds tag `later` is after tag `earlier`, or `None` when
+/// `later` is in fact before `earlier`.
+fn tag_age(later: u64, earlier: u64) -> Option<u64> {
+    let d = later.wrapping_sub(earlier) & TAG_MASK;
+    (d < (1 << (TAG_BITS - 1))).then_some(d)
+}
+
+#[derive(Debug)]
+enum Slots {
+    Count {
+        slots: Box<[AtomicU32]>,
+        next: AtomicU64,
+    },
+    Time {
+        buckets: Box<[AtomicU64]>,
+        last_second: AtomicU64,
+    },
+}
+
+/// A sliding window with exactly-once accounting of its totals.
+#[derive(Debug)]
+pub(crate) struct Window {
+    slots: Slots,
+    totals: Totals,
+}
+
+impl Window {
+    pub(crate) fn new(kind: WindowKind) -> Window {
+        let slots = match kind {
+            WindowKind::Count(size) => Slots::Count {
+                slots: (0..size.max(1)).map(|_| AtomicU32::new(0)).collect(),
+                next: AtomicU64::new(0),
+            },
+            WindowKind::Time(seconds) => Slots::Time {
+                buckets: (0..seconds.max(1)).map(|_| AtomicU64::new(0)).collect(),
+                last_second: AtomicU64::new(0),
+            },
+        };
+        Window {
+            slots,
+            totals: Totals::new(),
+        }
+    }
+
+    /// Puts one outcome into the window.
+    pub(crate) fn record(&self, failed: bool, slow: bool, now_ns: u64) {
+        match &self.slots {
+            Slots::Count { slots, next } => {
+                let i = next.fetch_add(1, Ordering::Relaxed) % slots.len() as u64;
+                let new = slot_value(failed, slow);
+                let old = slots[i as usize].swap(new, Ordering::AcqRel);
+                if old != new {
+                    let (nc, nf, ns) = slot_counts(new);
+                    let (oc, of, os) = slot_counts(old);
+                    self.totals.add(
+                        nc.wrapping_sub(oc),
+                        nf.wrapping_sub(of),
+                        ns.wrapping_sub(os),
+                    );
+                }
+            }
+            Slots::Time {
+                buckets,
+                last_second,
+            } => {
+                let second = now_ns / NANOS_PER_SEC;
+                self.advance_to(second);
+                let len = buckets.len() as u64;
+                if second + len <= last_second.load(Ordering::Acquire) {
+                    return; // this call's second has already left the window
+                }
+                let bucket = &buckets[(second % len) as usize];
+                let tag = second & TAG_MASK;
+                let delta = bucket_delta(failed, slow);
+                let mut w = bucket.load(Ordering::Acquire);
+                loop {
+                    let (new, expired) = if bucket_tag(w) == tag {
+                        if bucket_counts(w).0 == COUNT_MASK {
+                            // A full second: the outcomes already in it are the sample.
+                            return;
+                        }
+                        (w + delta, (0, 0, 0))
+                    } else if tag_age(tag, bucket_tag(w)).is_none() {
+                        return; // the bucket already holds a later second
+                    } else {
+                        (tag | delta, bucket_counts(w))
+                    };
+                    match bucket.compare_exchange(w, new, Ordering::AcqRel, Ordering::Acquire) {
+                        Ok(_) => {
+                            let (c, f, s) = bucket_counts(delta);
+                            self.totals.add(c, f, s);
+                            self.totals.sub(expired.0, expired.1, expired.2);
+                            return;
+                        }
+                        Err(actual) => w = actual,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Moves a time window's present to `second`; the one caller that moves it
+    /// forward expires the buckets that left the window.
+    fn advance_to(&self, second: u64) {
+        let Slots::Time {
+            buckets,
+            last_second,
+        } = &self.slots
+        else {
+            return;
+        };
+        let mut last = last_second.load(Ordering::Acquire);
+        loop {
+            if second <= last {
+                return;
+            }
+            match last_second.compare_exchange(last, second, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break,
+                Err(actual) => last = actual,
+            }
+        }
+        let now_tag = second & TAG_MASK;
+        let len = buckets.len() as u64;
+        for bucket in buckets.iter() {
+            let mut w = bucket.load(Ordering::Acquire);
+            loop {
+                let (c, f, s) = bucket_counts(w);
+                let inside = tag_age(now_tag, bucket_tag(w)).is_none_or(|age| age < len);
+                if c == 0 || inside {
+                    break;
+                }
+                match bucket.compare_exchange(w, 0, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => {
+                        self.totals.sub(c, f, s);
+                        break;
+                    }
+                    Err(actual) => w = actual,
+                }
+            }
+        }
+    }
+
+    /// Empties every slot, taking each one's counts out of the totals.
+    pub(crate) fn reset(&self) {
+        match &self.slots {
+            Slots::Count { slots, .. } => {
+                for slot in slots.iter() {
+                    let (c, f, s) = slot_counts(slot.swap(0, Ordering::AcqRel));
+                    self.totals.sub(c, f, s);
+                }
+            }
+            Slots::Time { buckets, .. } => {
+                for bucket in buckets.iter() {
+                    let (c, f, s) = bucket_counts(bucket.swap(0, Ordering::AcqRel));
+                    self.totals.sub(c, f, s);
+                }
+            }
+        }
+    }
+
+    /// `(calls, failed, slow)` in the window, or `None` while a racing writer
+    /// has the totals briefly inconsistent.
+    pub(crate) fn totals(&self) -> Option<(u64, u64, u64)> {
+        self.totals.read()
+    }
+
+    /// `(calls, failed, slow)` summed over the slots themselves; equal to
+    /// [`Window::totals`] whenever no writer is running.
+    pub(crate) fn slot_sum(&self) -> (u64, u64, u64) {
+        let mut sum = (0, 0, 0);
+        let mut add = |(c, f, s): (u64, u64, u64)| {
+            sum.0 += c;
+            sum.1 += f;
+            sum.2 += s;
+        };
+        match &self.slots {
+            Slots::Count { slots, .. } => slots
+                .iter()
+                .for_each(|x| add(slot_counts(x.load(Ordering::Acquire)))),
+            Slots::Time { buckets, .. } => buckets
+                .iter()
+                .for_each(|x| add(bucket_counts(x.load(Ordering::Acquire)))),
+        }
+        sum
+    }
+}
+
+fn percent(part: u64, whole: u64) -> f64 {
+    part as f64 * 100.0 / whole as f64
+}
+
+/// The state machine.
+#[derive(Debug)]
+pub(crate) struct Core {
+    settings: Settings,
+    state: AtomicU64,
+    /// Half-open failures and slow calls: generation (21 bits) | failed (21)
+    /// | slow (21). Tagged rather than reset, so that a reset can never wipe
+    /// counts of a later half-open period.
+    half_open_counts: AtomicU64,
+    window: Window,
+}
+
+impl Core {
+    pub(crate) fn new(settings: Settings, initial: Phase) -> Core {
+        Core {
+            settings,
+            state: AtomicU64::new(Word::new(initial, 0, 0).0),
+            half_open_counts: AtomicU64::new(GEN_MASK),
+            window: Window::new(settings.window),
+        }
+    }
+
+    pub(crate) fn phase(&self) -> Phase {
+        Word(self.state.load(Ordering::Acquire)).phase()
+    }
+
+    #[allow(dead_code, reason = "read by the loom model test")]
+    pub(crate) fn window(&self) -> &Window {
+        &self.window
+    }
+
+    fn open_until_ms(&self, now_ns: u64, hold_ns: u64) -> u64 {
+        now_ns
+            .saturating_add(hold_ns)
+            .div_ceil(NANOS_PER_MS)
+            .min(UNTIL_MAX_MS)
+    }
+
+    pub(crate) fn try_acquire(&self, now_ns: u64) -> Acquired {
+        let mut w = Word(self.state.load(Ordering::Acquire));
+        loop {
+            let next = match w.phase() {
+                Phase::Closed | Phase::MetricsOnly | Phase::Disabled => {
+                    let admission = Admission {
+                        phase: w.phase(),
+                        generation: w.generation(),
+                    };
+                    return Acquired::Admitted {
+                        admission,
+                        transition: None,
+                    };
+                }
+                Phase::ForcedOpen => return Acquired::Rejected { retry_in_ns: None },
+                Phase::Open => {
+                    let until_ns = w.until_ms().saturating_mul(NANOS_PER_MS);
+                    if now_ns < until_ns {
+                        return Acquired::Rejected {
+                            retry_in_ns: Some(until_ns - now_ns),
+                        };
+                    }
+                    Word::half_open(w.next_generation(), 1, 0)
+                }
+                Phase::HalfOpen => {
+                    if w.taken() >= u64::from(self.settings.permitted_in_half_open) {
+                        return Acquired::Rejected { retry_in_ns: None };
+                    }
+                    Word(w.0 + (1 << PAYLOAD_SHIFT))
+                }
+            };
+            match self
+                .state
+                .compare_exchange(w.0, next.0, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    let admission = Admission {
+                        phase: Phase::HalfOpen,
+                        generation: next.generation(),
+                    };
+                    let transition = (w.phase() == Phase::Open).then(|| {
+                        self.add_half_open_counts(next.generation(), false, false);
+                        Transition::plain(Phase::Open, Phase::HalfOpen)
+                    });
+                    return Acquired::Admitted {
+                        admission,
+                        transition,
+                    };
+                }
+                Err(actual) => w = Word(actual),
+            }
+        }
+    }
+
+    /// Returns a half-open permit whose call ended without an outcome that counts.
+    pub(crate) fn release(&self, admission: Admission) {
+        if admission.phase != Phase::HalfOpen {
+            return;
+        }
+        let mut w = Word(self.state.load(Ordering::Acquire));
+        while w.phase() == Phase::HalfOpen
+            && w.generation() == admission.generation
+            && w.taken() > 0
+        {
+            let next = Word(w.0 - (1 << PAYLOAD_SHIFT));
+            match self
+                .state
+                .compare_exchange(w.0, next.0, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return,
+                Err(actual) => w = Word(actual),
+            }
+        }
+    }
+
+    /// Records one outcome; returns the transitions this caller performed.
+    pub(crate) fn record(
+        &self,
+        admission: Admission,
+        sample: Sample,
+        now_ns: u64,
+    ) -> [Option<Transition>; 2] {
+        let (failed, slow, hold_until_ns) = match sample {
+            Sample::Ignored => {
+                self.release(admission);
+                return [None, None];
+            }
+            Sample::Call {
+                failed,
+                slow,
+                hold_until_ns,
+            } => (failed, slow, hold_until_ns),
+        };
+        let first = match admission.phase {
+            Phase::Closed | Phase::MetricsOnly => {
+                self.record_closed(admission, failed, slow, now_ns)
+            }
+            Phase::HalfOpen => self.record_half_open(admission, failed, slow, now_ns),
+            Phase::Open | Phase::Disabled | Phase::ForcedOpen => None,
+        };
+        let second = hold_until_ns.and_then(|until| self.hold_open(until, now_ns));
+        [first, second]
+    }
+
+    fn record_closed(
+        &self,
+        admission: Admission,
+        failed: bool,
+        slow: bool,
+        now_ns: u64,
+    ) -> Option<Transition> {
+        let w = Word(self.state.load(Ordering::Acquire));
+        if !w.phase().records() || w.generation() != admission.generation {
+            return None; // admitted under an earlier state: not evidence about this one
+        }
+        self.window.record(failed, slow, now_ns);
+        if w.phase() != Phase::Closed {
+            return None;
+        }
+        let (calls, failures, slows) = self.window.totals()?;
+        if calls == 0 || calls < u64::from(self.settings.minimum_calls) {
+            return None;
+        }
+        let (failure_rate, slow_call_rate) = self.tripping_rates(failures, slows, calls)?;
+        let open = Word::new(
+            Phase::Open,
+            w.next_generation(),
+            self.open_until_ms(now_ns, self.settings.wait_ns),
+        );
+        // A closed word carries no payload, so it changes only by a transition:
+        // one attempt suffices, and only one recorder can win it.
+        self.state
+            .compare_exchange(w.0, open.0, Ordering::AcqRel, Ordering::Acquire)
+            .ok()
+            .map(|_| Transition {
+                from: Phase::Closed,
+                to: Phase::Open,
+                failure_rate,
+                slow_call_rate,
+            })
+    }
+
+    /// `Some((failure rate if tripping, slow rate if tripping))` when either trips.
+    fn tripping_rates(
+        &self,
+        failed: u64,
+        slow: u64,
+        calls: u64,
+    ) -> Option<(Option<f32>, Option<f32>)> {
+        let fr = percent(failed, calls);
+        let sr = percent(slow, calls);
+        let fr = (fr >= self.settings.failure_rate_threshold).then_some(fr as f32);
+        let sr = (sr >= self.settings.slow_call_rate_threshold).then_some(sr as f32);
+        (fr.is_some() || sr.is_some()).then_some((fr, sr))
+    }
+
+    fn record_half_open(
+        &self,
+        admission: Admission,
+        failed: bool,
+        slow: bool,
+        now_ns: u64,
+    ) -> Option<Transition> {
+        let generation = admission.generation;
+        // Counted before the probe is marked recorded, so that the recorder that
+        // completes the set finds every probe's failure already counted.
+        self.add_half_open_counts(generation, failed, slow);
+        let mut w = Word(self.state.load(Ordering::Acquire));
+        loop {
+            if w.phase() != Phase::HalfOpen || w.generation() != generation {
+                return None;
+            }
+            let recorded = w.recorded() + 1;
+            let (next, transition) = if recorded >= u64::from(self.settings.permitted_in_half_open)
+            {
+                let (failures, slows) = self.half_open_counts(generation);
+                match self.tripping_rates(failures, slows, recorded) {
+                    Some((failure_rate, slow_call_rate)) => (
+                        Word::new(
+                            Phase::Open,
+                            w.next_generation(),
+                            self.open_until_ms(now_ns, self.settings.wait_ns),
+                        ),
+                        Some(Transition {
+                            from: Phase::HalfOpen,
+                            to: Phase::Open,
+                            failure_rate,
+                            slow_call_rate,
+                        }),
+                    ),
+                    None => (
+                        Word::new(Phase::Closed, w.next_generation(), 0),
+                        Some(Transition::plain(Phase::HalfOpen, Phase::Closed)),
+                    ),
+                }
+            } else {
+                (Word::half_open(generation, w.taken(), recorded), None)
+            };
+            match self
+                .state
+                .compare_exchange(w.0, next.0, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    if next.phase() == Phase::Closed {
+                        self.window.reset();
+                    }
+                    return transition;
+                }
+                Err(actual) => w = Word(actual),
+            }
+        }
+    }
+
+    fn add_half_open_counts(&self, generation: u32, failed: bool, slow: bool) {
+        let generation = u64::from(generation);
+        let delta = (u64::from(failed) << 21) | (u64::from(slow) << 42);
+        let mut w = self.half_open_counts.load(Ordering::Acquire);
+        loop {
+            let tag = w & GEN_MASK;
+            let next = if tag == generation {
+                if delta == 0 {
+                    return;
+                }
+                w + delta
+            } else if gen_newer(tag, generation) {
+                return; // a later half-open period owns the counters
+            } else {
+                generation | delta
+            };
+            match self.half_open_counts.compare_exchange(
+                w,
+                next,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return,
+                Err(actual) => w = actual,
+            }
+        }
+    }
+
+    fn half_open_counts(&self, generation: u32) -> (u64, u64) {
+        let w = self.half_open_counts.load(Ordering::Acquire);
+        if w & GEN_MASK == u64::from(generation) {
+            ((w >> 21) & GEN_MASK, (w >> 42) & GEN_MASK)
+        } else {
+            (0, 0)
+        }
+    }
+
+    /// Opens the breaker (or keeps it open) until `until_ns` at least.
+    fn hold_open(&self, until_ns: u64, now_ns: u64) -> Option<Transition> {
+        let until_ms = self.open_until_ms(until_ns, 0);
+        let mut w = Word(self.state.load(Ordering::Acquire));
+        loop {
+            let next = match w.phase() {
+                Phase::Closed | Phase::HalfOpen => Word::new(
+                    Phase::Open,
+                    w.next_generation(),
+                    until_ms.max(self.open_until_ms(now_ns, 0)),
+                ),
+                Phase::Open if w.until_ms() < until_ms => {
+                    Word::new(Phase::Open, w.generation(), until_ms)
+                }
+                _ => return None,
+            };
+            match self
+                .state
+                .compare_exchange(w.0, next.0, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    return (w.phase() != Phase::Open)
+                        .then(|| Transition::plain(w.phase(), Phase::Open));
+                }
+                Err(actual) => w = Word(actual),
+            }
+        }
+    }
+
+    /// Moves to `to` whatever the current phase; the window starts empty in
+    /// every phase but open and half-open (which show the evidence that
+    /// opened them).
+    pub(crate) fn transition_to(&self, to: Phase, now_ns: u64) -> Transition {
+        let mut w = Word(self.state.load(Ordering::Acquire));
+        loop {
+            let generation = w.next_generation();
+            let next = match to {
+                Phase::Open => Word::new(
+                    Phase::Open,
+                    generation,
+                    self.open_until_ms(now_ns, self.settings.wait_ns),
+                ),
+                Phase::HalfOpen => Word::half_open(generation, 0, 0),
+                other => Word::new(other, generation, 0),
+            };
+            match self
+                .state
+                .compare_exchange(w.0, next.0, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    match to {
+                        Phase::HalfOpen => self.add_half_open_counts(generation, false, false),
+                        Phase::Open => {}
+                        _ => self.window.reset(),
+                    }
+                    return Transition::plain(w.phase(), to);
+                }
+                Err(actual) => w = Word(actual),
+            }
+        }
+    }
+
+    pub(crate) fn metrics(&self, now_ns: u64) -> Metrics {
+        let w = Word(self.state.load(Ordering::Acquire));
+        let (calls, failed, slow, minimum) = if w.phase() == Phase::HalfOpen {
+            let (failed, slow) = self.half_open_counts(w.generation());
+            (
+                w.recorded(),
+                failed,
+                slow,
+                self.settings.permitted_in_half_open,
+            )
+        } else {
+            self.window.advance_to(now_ns / NANOS_PER_SEC);
+            let (calls, failed, slow) = self
+                .window
+                .totals()
+                .unwrap_or_else(|| self.window.slot_sum());
+            (calls, failed, slow, self.settings.minimum_calls)
+        };
+        let rated = calls > 0 && calls >= u64::from(minimum);
+        Metrics {
+            phase: w.phase(),
+            calls,
+            failed,
+            slow,
+            failure_rate: rated.then(|| percent(failed, calls) as f32),
+            slow_call_rate: rated.then(|| percent(slow, calls) as f32),
+        }
+    }
+}

@@ -1,0 +1,31 @@
+//! A point-in-time view of one breaker, for dashboards and health endpoints.
+
+use super::State;
+
+/// What a breaker looks like at one moment.
+///
+/// In closed, metrics-only, open and forced-open states the counts are those
+/// of the sliding window (an open breaker still shows the calls that opened
+/// it); in half-open they are the probes' outcomes so far. Rates are `None`
+/// until the window holds `minimum_number_of_calls` outcomes (in half-open,
+/// until every probe has reported).
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct BreakerSnapshot {
+    /// The breaker's name.
+    pub name: String,
+    /// Its state.
+    pub state: State,
+    /// Failed calls, in percent of the calls counted.
+    pub failure_rate: Option<f32>,
+    /// Slow calls, in percent of the calls counted.
+    pub slow_call_rate: Option<f32>,
+    /// Outcomes counted (successes and failures; ignored outcomes are not).
+    pub buffered_calls: u32,
+    /// Of those, failures.
+    pub failed_calls: u32,
+    /// Of those, slow calls (successful or not).
+    pub slow_calls: u32,
+    /// Calls rejected since the breaker was created or last reset.
+    pub not_permitted_calls: u64,
+}

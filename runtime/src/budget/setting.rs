@@ -1,0 +1,246 @@
+//! Reading the overload-control configurations (budget, throttle, bulkhead)
+//! from serde maps and TOML tables, one key at a time, so that every refusal
+//! names its key and the value as written.
+//!
+//! A derived `Deserialize` would report "invalid type: floating point, expected
+//! u64" without saying which key, would accept a negative duration only to
+//! fail in a `Duration` conversion with a message of its own, and would stop
+//! at the first problem. Here each value is read as a [`RawValue`], handed to
+//! the configuration's own setter, and range checks run once, in the same
+//! `validate` that builder-made configurations go through.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+
+use crate::config::Problem;
+
+/// A setting's value before the configuration interprets it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum RawValue {
+    Int(i64),
+    Float(f64),
+    Str(String),
+    Bool(bool),
+    /// A value of no type any key accepts (a table, an array, a date, an
+    /// integer beyond `i64`), as text.
+    Other(String),
+}
+
+impl fmt::Display for RawValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RawValue::Int(v) => write!(f, "{v}"),
+            RawValue::Float(v) => write!(f, "{v:?}"),
+            RawValue::Str(v) => write!(f, "{v:?}"),
+            RawValue::Bool(v) => write!(f, "{v}"),
+            RawValue::Other(v) => f.write_str(v),
+        }
+    }
+}
+
+impl<'de> de::Deserialize<'de> for RawValue {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct RawVisitor;
+        impl<'de> Visitor<'de> for RawVisitor {
+            type Value = RawValue;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a number or a string")
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<RawValue, E> {
+                Ok(RawValue::Bool(v))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<RawValue, E> {
+                Ok(RawValue::Int(v))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<RawValue, E> {
+                Ok(i64::try_from(v).map_or_else(|_| RawValue::Other(v.to_string()), RawValue::Int))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<RawValue, E> {
+                Ok(RawValue::Float(v))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<RawValue, E> {
+                Ok(RawValue::Str(v.to_owned()))
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<RawValue, A::Error> {
+                while seq.next_element::<de::IgnoredAny>()?.is_some() {}
+                Ok(RawValue::Other("[...]".to_owned()))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawValue, A::Error> {
+                while map
+                    .next_entry::<de::IgnoredAny, de::IgnoredAny>()?
+                    .is_some()
+                {}
+                Ok(RawValue::Other("{...}".to_owned()))
+            }
+        }
+        deserializer.deserialize_any(RawVisitor)
+    }
+}
+
+#[cfg(feature = "toml")]
+impl From<&toml::Value> for RawValue {
+    fn from(value: &toml::Value) -> Self {
+        match value {
+            toml::Value::Integer(v) => RawValue::Int(*v),
+            toml::Value::Float(v) => RawValue::Float(*v),
+            toml::Value::String(v) => RawValue::Str(v.clone()),
+            toml::Value::Boolean(v) => RawValue::Bool(*v),
+            other => RawValue::Other(other.to_string()),
+        }
+    }
+}
+
+/// A number; integers are accepted where a fraction is.
+pub(crate) fn number(value: &RawValue) -> Result<f64, String> {
+    match value {
+        RawValue::Float(v) => Ok(*v),
+        RawValue::Int(v) => Ok(*v as f64),
+        _ => Err("expected a number".to_owned()),
+    }
+}
+
+/// A count: a whole number, not negative, that fits in `u64`.
+pub(crate) fn count(value: &RawValue) -> Result<u64, String> {
+    match value {
+        RawValue::Int(v) if *v < 0 => Err("must not be negative".to_owned()),
+        RawValue::Int(v) => Ok(*v as u64),
+        _ => Err("expected a whole number".to_owned()),
+    }
+}
+
+/// A duration written as whole milliseconds. Read as `i64` so that a
+/// negative value gets its own message instead of a type error.
+pub(crate) fn millis(value: &RawValue) -> Result<Duration, String> {
+    match value {
+        RawValue::Int(v) if *v < 0 => Err("must not be negative".to_owned()),
+        RawValue::Int(v) => Ok(Duration::from_millis(*v as u64)),
+        _ => Err("expected a whole number of milliseconds".to_owned()),
+    }
+}
+
+/// A string.
+pub(crate) fn string(value: &RawValue) -> Result<&str, String> {
+    match value {
+        RawValue::Str(v) => Ok(v),
+        _ => Err("expected a string".to_owned()),
+    }
+}
+
+/// `` `a`, `b`, `c` ``: for messages listing what is accepted.
+pub(crate) fn list(items: &[&str]) -> String {
+    items
+        .iter()
+        .map(|k| format!("`{k}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A configuration that can be read key by key.
+pub(crate) trait Settings: Default {
+    /// The section its problems are reported under.
+    const SECTION: &'static str;
+    /// Every key it accepts, for the unknown-key message.
+    const KEYS: &'static [&'static str];
+    /// What the configuration is, for serde's "expected ..." messages.
+    const EXPECTING: &'static str;
+
+    /// Sets `key` from `value`: type and sign checks only; ranges are
+    /// `problems`' business.
+    fn set(&mut self, key: &str, value: &RawValue) -> Result<(), String>;
+
+    /// Every range problem, as `validate` reports them.
+    fn problems(&self, name: Option<&str>) -> Vec<Problem>;
+}
+
+fn unknown_key<T: Settings>() -> String {
+    format!("unknown key; accepted keys are {}", list(T::KEYS))
+}
+
+/// Sets every key of a map, then validates. A `Deserialize` has no name
+/// for the part, so its errors read "`key` = value: reason".
+pub(crate) fn deserialize<'de, D: Deserializer<'de>, T: Settings>(
+    deserializer: D,
+) -> Result<T, D::Error> {
+    struct MapVisitor<T>(std::marker::PhantomData<T>);
+    impl<'de, T: Settings> Visitor<'de> for MapVisitor<T> {
+        type Value = T;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(T::EXPECTING)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<T, A::Error> {
+            let mut config = T::default();
+            let mut seen: Vec<String> = Vec::new();
+            while let Some(key) = map.next_key::<String>()? {
+                let value: RawValue = map.next_value()?;
+                if seen.contains(&key) {
+                    return Err(de::Error::custom(format!("`{key}` set twice")));
+                }
+                let result = if T::KEYS.contains(&key.as_str()) {
+                    config.set(&key, &value)
+                } else {
+                    Err(unknown_key::<T>())
+                };
+                if let Err(reason) = result {
+                    return Err(de::Error::custom(format!(
+                        "{}: `{key}` = {value}: {reason}",
+                        T::SECTION
+                    )));
+                }
+                seen.push(key);
+            }
+            let problems = config.problems(None);
+            if problems.is_empty() {
+                Ok(config)
+            } else {
+                let all: Vec<String> = problems.iter().map(ToString::to_string).collect();
+                Err(de::Error::custom(all.join("; ")))
+            }
+        }
+    }
+    deserializer.deserialize_map(MapVisitor(std::marker::PhantomData))
+}
+
+/// Parses `text` as a TOML table of keys and validates it, reporting every
+/// problem at once, each naming the section, `name`, the key and the value.
+#[cfg(feature = "toml")]
+pub(crate) fn from_toml<T: Settings>(name: &str, text: &str) -> Result<T, crate::ConfigError> {
+    let table: toml::Table = match text.parse() {
+        Ok(table) => table,
+        Err(e) => {
+            let e: toml::de::Error = e;
+            let excerpt = e.span().and_then(|s| text.get(s)).unwrap_or("").trim();
+            let reason = format!("not valid TOML: {}", e.message());
+            return Err(crate::ConfigError::one(Problem::new(
+                T::SECTION,
+                Some(name),
+                "(syntax)",
+                format_args!("{excerpt:?}"),
+                reason,
+            )));
+        }
+    };
+    let mut config = T::default();
+    let mut problems = Vec::new();
+    for (key, value) in &table {
+        let value = RawValue::from(value);
+        let result = if T::KEYS.contains(&key.as_str()) {
+            config.set(key, &value)
+        } else {
+            Err(unknown_key::<T>())
+        };
+        if let Err(reason) = result {
+            problems.push(Problem::new(
+                T::SECTION,
+                Some(name),
+                key.as_str(),
+                &value,
+                reason,
+            ));
+        }
+    }
+    problems.extend(config.problems(Some(name)));
+    crate::ConfigError::from_problems(problems)?;
+    Ok(config)
+}

@@ -1,0 +1,172 @@
+//! A sliding window of two event counts, lock-free, shared by the ratio
+//! retry budget (requests, retries) and adaptive throttling (requests,
+//! accepts).
+//!
+//! Time is cut into `slots.len()` slots of `width` nanoseconds; slot `i`
+//! holds the counts of the epochs congruent to `i`. Besides the slots, the
+//! window keeps running totals so that reading the window costs two loads,
+//! not a sum over every slot: adaptive throttling reads it on every call.
+//!
+//! Exact accounting rests on two rules. Every event is added to the total
+//! before it is added to a slot, so a total is never less than what the
+//! slots hold (a swap that takes a slot's count sees the matching total
+//! increment, and subtracts after it). And a slot's counts leave the window
+//! only through the thread that wins the compare-and-swap of the slot's epoch
+//! tag, which takes them with `swap(0)` and subtracts exactly what it took.
+//! An event racing with the rotation of its own slot may be counted in the
+//! next epoch or leave the window early; it is never lost from, or counted
+//! twice in, the totals.
+//!
+//! This file depends on `crate::sync` and `std` only: the loom models in
+//! `tests/tests/model_overload.rs` compile it as it ships.
+
+use crate::sync::atomic::{AtomicU64, Ordering};
+
+/// One of the two counts a [`Window`] keeps.
+pub(crate) const FIRST: usize = 0;
+/// The other count a [`Window`] keeps.
+pub(crate) const SECOND: usize = 1;
+
+#[derive(Debug)]
+struct Slot {
+    /// The epoch (time / width) whose events the counts belong to.
+    epoch: AtomicU64,
+    counts: [AtomicU64; 2],
+}
+
+/// Two event counts over the last `width * slots` nanoseconds.
+#[derive(Debug)]
+pub(crate) struct Window {
+    width: u64,
+    slots: Box<[Slot]>,
+    /// The latest epoch for which every stale slot has been emptied.
+    head: AtomicU64,
+    totals: [AtomicU64; 2],
+}
+
+impl Window {
+    /// A window of `slots` slots (at least one) of `width` nanoseconds (at
+    /// least one) each.
+    pub(crate) fn new(width: u64, slots: usize) -> Self {
+        let slots = slots.max(1);
+        Self {
+            width: width.max(1),
+            // Slot `i` starts as the empty slot of epoch `i`, so the first
+            // `slots` epochs need no rotation.
+            slots: (0..slots)
+                .map(|i| Slot {
+                    epoch: AtomicU64::new(i as u64),
+                    counts: [AtomicU64::new(0), AtomicU64::new(0)],
+                })
+                .collect(),
+            head: AtomicU64::new(0),
+            totals: [AtomicU64::new(0), AtomicU64::new(0)],
+        }
+    }
+
+    /// Empties the slots whose epochs fell out of the window at `now`
+    /// (nanoseconds since the owner's origin), and returns the current epoch.
+    fn advance(&self, now: u64) -> u64 {
+        let epoch = now / self.width;
+        if epoch <= self.head.load(Ordering::Acquire) {
+            return epoch;
+        }
+        let n = self.slots.len() as u64;
+        for (i, slot) in self.slots.iter().enumerate() {
+            let i = i as u64;
+            if epoch < i {
+                continue;
+            }
+            // The latest epoch at or before `epoch` that this slot holds.
+            let target = epoch - (epoch - i) % n;
+            let mut current = slot.epoch.load(Ordering::Acquire);
+            while current < target {
+                match slot.epoch.compare_exchange(
+                    current,
+                    target,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => {
+                        for (count, total) in slot.counts.iter().zip(&self.totals) {
+                            let stale = count.swap(0, Ordering::AcqRel);
+                            total.fetch_sub(stale, Ordering::AcqRel);
+                        }
+                        break;
+                    }
+                    Err(seen) => current = seen,
+                }
+            }
+        }
+        self.head.fetch_max(epoch, Ordering::AcqRel);
+        epoch
+    }
+
+    fn slot(&self, epoch: u64) -> &Slot {
+        &self.slots[(epoch % self.slots.len() as u64) as usize]
+    }
+
+    /// Counts one event of kind `which` ([`FIRST`] or [`SECOND`]) at `now`.
+    pub(crate) fn add(&self, now: u64, which: usize) {
+        let epoch = self.advance(now);
+        // Total first, slot second: see the module comment.
+        self.totals[which].fetch_add(1, Ordering::AcqRel);
+        self.slot(epoch).counts[which].fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Counts one event of kind `which` at `now` if `allow(first, second)`
+    /// holds for the totals just before it, and says whether it did. The
+    /// check and the increment are one compare-and-swap on the total of
+    /// `which`, so concurrent callers cannot overrun the limit together.
+    pub(crate) fn try_add(&self, now: u64, which: usize, allow: impl Fn(u64, u64) -> bool) -> bool {
+        let epoch = self.advance(now);
+        let other = &self.totals[1 - which];
+        let total = &self.totals[which];
+        let mut current = total.load(Ordering::Acquire);
+        loop {
+            let counts = if which == FIRST {
+                (current, other.load(Ordering::Acquire))
+            } else {
+                (other.load(Ordering::Acquire), current)
+            };
+            if !allow(counts.0, counts.1) {
+                return false;
+            }
+            match total.compare_exchange(current, current + 1, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => break,
+                Err(seen) => current = seen,
+            }
+        }
+        self.slot(epoch).counts[which].fetch_add(1, Ordering::AcqRel);
+        true
+    }
+
+    /// The two counts over the window ending at `now`.
+    pub(crate) fn totals(&self, now: u64) -> (u64, u64) {
+        self.advance(now);
+        (
+            self.totals[FIRST].load(Ordering::Acquire),
+            self.totals[SECOND].load(Ordering::Acquire),
+        )
+    }
+
+    /// What the slots hold of `which`, summed; equal to the total when no
+    /// thread is between its two increments.
+    #[cfg(test)]
+    #[allow(dead_code, reason = "for the loom models, which include this file")]
+    pub(crate) fn slot_sum(&self, which: usize) -> u64 {
+        self.slots
+            .iter()
+            .map(|s| s.counts[which].load(Ordering::Acquire))
+            .sum()
+    }
+
+    /// The running total of `which`, without expiring anything. For the
+    /// models.
+    #[cfg(test)]
+    #[allow(dead_code, reason = "for the loom models, which include this file")]
+    pub(crate) fn raw_total(&self, which: usize) -> u64 {
+        self.totals[which].load(Ordering::Acquire)
+    }
+}

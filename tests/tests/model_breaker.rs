@@ -1,0 +1,292 @@
+//! Model checks of the circuit breaker's lock-free core with `loom`.
+//!
+//! The core is compiled here from the very file that ships; its atomics come
+//! from `crate::sync`, which in this crate is `loom`'s, so every interleaving
+//! of the modelled threads (within the preemption bound) is explored.
+
+mod sync {
+    pub(crate) mod atomic {
+        pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+    }
+}
+
+#[path = "../../runtime/src/breaker/core.rs"]
+#[allow(dead_code)]
+mod breaker_core;
+
+use breaker_core::{
+    Acquired, Admission, Core, Phase, Sample, Settings, Transition, Window, WindowKind,
+};
+use loom::sync::Arc;
+use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::thread;
+
+const SEC: u64 = 1_000_000_000;
+const WAIT: u64 = 60 * SEC;
+
+fn settings(window: WindowKind, minimum_calls: u32, permitted: u32) -> Settings {
+    Settings {
+        failure_rate_threshold: 100.0,
+        slow_call_rate_threshold: 100.0,
+        minimum_calls,
+        permitted_in_half_open: permitted,
+        wait_ns: WAIT,
+        window,
+    }
+}
+
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(3);
+    builder.check(f);
+}
+
+fn admitted(a: Acquired) -> Option<(Admission, Option<Transition>)> {
+    match a {
+        Acquired::Admitted {
+            admission,
+            transition,
+        } => Some((admission, transition)),
+        Acquired::Rejected { .. } => None,
+    }
+}
+
+const FAILURE: Sample = Sample::Call {
+    failed: true,
+    slow: false,
+    hold_until_ns: None,
+};
+
+fn assert_totals_match_slots(w: &Window) {
+    assert_eq!(
+        w.totals(),
+        Some(w.slot_sum()),
+        "totals drifted from the slots' contents"
+    );
+}
+
+/// Two threads race for the single probe of a half-open breaker, each handing
+/// it back (cancelled call): never both hold it, and it always comes back.
+#[test]
+fn half_open_single_probe_is_never_held_twice_and_is_returned() {
+    model(|| {
+        let core = Arc::new(Core::new(
+            settings(WindowKind::Count(2), 2, 1),
+            Phase::Closed,
+        ));
+        core.transition_to(Phase::HalfOpen, 0);
+        let holding = Arc::new(AtomicUsize::new(0));
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                let (core, holding) = (core.clone(), holding.clone());
+                thread::spawn(move || {
+                    if let Some((admission, _)) = admitted(core.try_acquire(0)) {
+                        assert_eq!(
+                            holding.fetch_add(1, Ordering::SeqCst),
+                            0,
+                            "two probes admitted at once"
+                        );
+                        holding.fetch_sub(1, Ordering::SeqCst);
+                        core.release(admission);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(core.phase(), Phase::HalfOpen);
+        let (probe, _) = admitted(core.try_acquire(0)).expect("the probe was handed back");
+        assert!(
+            admitted(core.try_acquire(0)).is_none(),
+            "still only one probe"
+        );
+        core.release(probe);
+    });
+}
+
+/// Two threads acquire once the open wait is over: exactly one performs the
+/// open → half-open transition, and with one permitted probe only one runs.
+#[test]
+fn open_to_half_open_is_won_by_exactly_one_acquirer() {
+    model(|| {
+        let core = Arc::new(Core::new(
+            settings(WindowKind::Count(2), 2, 1),
+            Phase::Closed,
+        ));
+        core.transition_to(Phase::Open, 0);
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                let core = core.clone();
+                thread::spawn(move || admitted(core.try_acquire(WAIT)))
+            })
+            .collect();
+        let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        let admissions = results.iter().flatten().count();
+        let transitions = results
+            .iter()
+            .flatten()
+            .filter(|(_, t)| t.is_some())
+            .count();
+        assert_eq!(admissions, 1, "one permitted probe");
+        assert_eq!(transitions, 1, "exactly one caller moved it to half-open");
+        assert_eq!(core.phase(), Phase::HalfOpen);
+    });
+}
+
+/// The probe outcome that completes the half-open set sees every other
+/// probe's failure: two failing probes of two always reopen the breaker (at a
+/// 100 % threshold), and exactly one recorder performs that transition.
+#[test]
+fn half_open_decision_counts_every_probe() {
+    model(|| {
+        let core = Arc::new(Core::new(
+            settings(WindowKind::Count(2), 2, 2),
+            Phase::Closed,
+        ));
+        core.transition_to(Phase::HalfOpen, 0);
+        let probes: Vec<_> = (0..2)
+            .map(|_| admitted(core.try_acquire(0)).unwrap().0)
+            .collect();
+        let threads: Vec<_> = probes
+            .into_iter()
+            .map(|probe| {
+                let core = core.clone();
+                thread::spawn(move || core.record(probe, FAILURE, 0).into_iter().flatten().count())
+            })
+            .collect();
+        let transitions: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+        assert_eq!(transitions, 1);
+        assert_eq!(core.phase(), Phase::Open);
+    });
+}
+
+/// Two failures recorded at once into a window of two (minimum two, 100 %):
+/// the breaker opens, exactly one recorder performs the transition, and the
+/// totals equal the slots' contents afterwards.
+#[test]
+fn concurrent_failures_open_the_breaker_exactly_once() {
+    model(|| {
+        let core = Arc::new(Core::new(
+            settings(WindowKind::Count(2), 2, 1),
+            Phase::Closed,
+        ));
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                let core = core.clone();
+                thread::spawn(move || {
+                    let (admission, _) = admitted(core.try_acquire(0)).unwrap();
+                    core.record(admission, FAILURE, 0)
+                        .into_iter()
+                        .flatten()
+                        .filter(|t| t.from == Phase::Closed && t.to == Phase::Open)
+                        .count()
+                })
+            })
+            .collect();
+        let transitions: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+        assert_eq!(transitions, 1, "exactly one thread performs closed → open");
+        assert_eq!(core.phase(), Phase::Open);
+        assert_totals_match_slots(core.window());
+    });
+}
+
+/// Three writers on one slot (a window of one): each outcome swapped out is
+/// taken out of the totals exactly once.
+#[test]
+fn count_window_totals_equal_the_slots_after_overwrites() {
+    model(|| {
+        let window = Arc::new(Window::new(WindowKind::Count(1)));
+        let threads: Vec<_> = [(true, false), (false, true)]
+            .into_iter()
+            .map(|(failed, slow)| {
+                let window = window.clone();
+                thread::spawn(move || window.record(failed, slow, 0))
+            })
+            .collect();
+        window.record(true, true, 0);
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_totals_match_slots(&window);
+        assert_eq!(
+            window.totals().unwrap().0,
+            1,
+            "a window of one holds one outcome"
+        );
+    });
+}
+
+/// A reset racing a recorder: whatever survives, the totals match it.
+#[test]
+fn count_window_reset_racing_a_record_keeps_totals_exact() {
+    model(|| {
+        let window = Arc::new(Window::new(WindowKind::Count(2)));
+        window.record(true, false, 0);
+        let w = window.clone();
+        let recorder = thread::spawn(move || w.record(true, true, 0));
+        window.reset();
+        recorder.join().unwrap();
+        assert_totals_match_slots(&window);
+    });
+}
+
+/// Time window of 2 s holding an outcome from second 0. One thread records
+/// at second 2 (into the same bucket, overwriting the stale one), another at
+/// second 3 (advancing the window and expiring stale buckets). The stale
+/// outcome leaves the totals exactly once, whoever removes it.
+#[test]
+fn time_window_expiry_is_accounted_exactly_once() {
+    model(|| {
+        let window = Arc::new(Window::new(WindowKind::Time(2)));
+        window.record(true, false, 0);
+        let threads: Vec<_> = [2 * SEC, 3 * SEC]
+            .into_iter()
+            .map(|at| {
+                let window = window.clone();
+                thread::spawn(move || window.record(false, false, at))
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_totals_match_slots(&window);
+        assert_eq!(
+            window.totals(),
+            Some((2, 0, 0)),
+            "seconds 2 and 3 are in, second 0 is out"
+        );
+    });
+}
+
+/// Two threads advance the time window to different seconds at once, both
+/// sweeping the same stale bucket, while the main thread records into it.
+#[test]
+fn time_window_concurrent_sweeps_expire_once() {
+    model(|| {
+        let window = Arc::new(Window::new(WindowKind::Time(2)));
+        window.record(true, true, 0);
+        window.record(true, false, SEC);
+        let threads: Vec<_> = [3 * SEC, 4 * SEC]
+            .into_iter()
+            .map(|at| {
+                let window = window.clone();
+                thread::spawn(move || window.record(false, false, at))
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_totals_match_slots(&window);
+        let (calls, failed, slow) = window.totals().unwrap();
+        assert_eq!(
+            (failed, slow),
+            (0, 0),
+            "seconds 0 and 1 have left the window"
+        );
+        assert!(
+            calls == 1 || calls == 2,
+            "second 3 may have been dropped by the advance to 4"
+        );
+    });
+}

@@ -1,0 +1,406 @@
+//! Named breakers through the attribute: shared per dependency, configured
+//! in a registry (in code or from TOML), one registry per test.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use resilient::{
+    BreakerConfig, BreakerEvent, Classification, Classify, ErrorKind, Registry, SlidingWindow,
+    State, resilient,
+};
+
+#[derive(Debug)]
+enum E {
+    Down,
+    BadRequest,
+    Busy(Duration),
+    Resilience(resilient::Error),
+}
+
+impl From<resilient::Error> for E {
+    fn from(e: resilient::Error) -> Self {
+        E::Resilience(e)
+    }
+}
+
+impl Classify for E {
+    fn classify(&self) -> Classification {
+        match self {
+            E::Down => Classification::Transient,
+            E::BadRequest => Classification::Permanent,
+            E::Busy(d) => Classification::Throttled {
+                retry_after: Some(*d),
+            },
+            E::Resilience(e) => e.classify(),
+        }
+    }
+}
+
+impl E {
+    fn refusal(&self) -> Option<ErrorKind> {
+        match self {
+            E::Resilience(e) => Some(e.kind()),
+            _ => None,
+        }
+    }
+}
+
+/// A dependency that answers with what it is told to, and counts calls.
+#[derive(Default)]
+struct Dep {
+    calls: AtomicU32,
+    next: Mutex<Vec<Result<(), E>>>,
+}
+
+impl Dep {
+    fn script(outcomes: Vec<Result<(), E>>) -> Self {
+        Dep {
+            calls: AtomicU32::new(0),
+            next: Mutex::new(outcomes.into_iter().rev().collect()),
+        }
+    }
+
+    async fn call(&self) -> Result<(), E> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        tokio::task::yield_now().await;
+        self.next.lock().unwrap().pop().unwrap_or(Ok(()))
+    }
+
+    fn calls(&self) -> u32 {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+fn window_of_four(threshold: f64) -> BreakerConfig {
+    BreakerConfig::default()
+        .sliding_window(SlidingWindow::CountBased { size: 4 })
+        .minimum_number_of_calls(4)
+        .failure_rate_threshold(threshold)
+        .wait_duration_in_open_state(Duration::from_secs(10))
+        .permitted_number_of_calls_in_half_open_state(1)
+}
+
+fn registry(config: BreakerConfig) -> Registry {
+    Registry::builder()
+        .breaker("payments", config)
+        .build()
+        .unwrap()
+}
+
+#[resilient(breaker = "payments")]
+async fn pay(dep: &Dep) -> Result<(), E> {
+    dep.call().await
+}
+
+#[resilient(breaker = "payments")]
+async fn refund(dep: &Dep) -> Result<(), E> {
+    dep.call().await
+}
+
+#[resilient(breaker = "payments", retries = 3, idempotent, base_ms = 10)]
+async fn pay_with_retries(dep: &Dep) -> Result<(), E> {
+    dep.call().await
+}
+
+#[tokio::test(start_paused = true)]
+async fn four_failures_open_the_breaker_and_the_fifth_call_does_not_run() {
+    let reg = registry(window_of_four(75.0));
+    reg.scope(async {
+        let dep = Dep::script((0..4).map(|_| Err(E::Down)).collect());
+        for _ in 0..4 {
+            assert!(matches!(pay(&dep).await, Err(E::Down)));
+        }
+        assert_eq!(reg.breaker("payments").unwrap().state(), State::Open);
+        let fifth = pay(&dep).await.unwrap_err();
+        assert_eq!(fifth.refusal(), Some(ErrorKind::BreakerOpen));
+        assert_eq!(dep.calls(), 4, "an open breaker makes no call");
+        match fifth {
+            E::Resilience(e) => {
+                assert_eq!(e.name(), Some("payments"));
+                assert_eq!(e.retry_in(), Some(Duration::from_secs(10)));
+            }
+            other => panic!("{other:?}"),
+        }
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn functions_naming_one_breaker_share_it() {
+    let reg = registry(window_of_four(50.0));
+    reg.scope(async {
+        let dep = Dep::script(vec![Ok(()), Err(E::Down), Err(E::Down), Ok(())]);
+        let _ = pay(&dep).await;
+        let _ = refund(&dep).await;
+        let _ = pay(&dep).await;
+        let _ = refund(&dep).await;
+        // S F F S at 50 %: open on the fourth outcome, for both functions.
+        assert_eq!(pay(&dep).await.unwrap_err().refusal(), Some(ErrorKind::BreakerOpen));
+        assert_eq!(refund(&dep).await.unwrap_err().refusal(), Some(ErrorKind::BreakerOpen));
+        assert_eq!(dep.calls(), 4);
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_retry_loop_stops_at_an_open_breaker() {
+    let reg = registry(window_of_four(50.0).minimum_number_of_calls(2));
+    reg.scope(async {
+        let dep = Dep::script((0..10).map(|_| Err(E::Down)).collect());
+        let err = pay_with_retries(&dep).await.unwrap_err();
+        // Two failures open the breaker; the third attempt is refused and
+        // the loop returns the refusal instead of retrying through it.
+        assert_eq!(err.refusal(), Some(ErrorKind::BreakerOpen));
+        assert_eq!(dep.calls(), 2);
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn permanent_errors_never_open_the_breaker() {
+    let reg = registry(window_of_four(50.0));
+    reg.scope(async {
+        let dep = Dep::script((0..20).map(|_| Err(E::BadRequest)).collect());
+        for _ in 0..20 {
+            assert!(matches!(pay(&dep).await, Err(E::BadRequest)));
+        }
+        assert_eq!(reg.breaker("payments").unwrap().state(), State::Closed);
+        assert_eq!(dep.calls(), 20);
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn half_open_probe_closes_the_breaker_after_the_wait() {
+    let reg = registry(window_of_four(75.0));
+    reg.scope(async {
+        let dep = Dep::script((0..4).map(|_| Err(E::Down)).collect());
+        for _ in 0..4 {
+            let _ = pay(&dep).await;
+        }
+        tokio::time::advance(Duration::from_secs(10)).await;
+        pay(&dep).await.unwrap();
+        assert_eq!(reg.breaker("payments").unwrap().state(), State::Closed);
+        assert_eq!(dep.calls(), 5);
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_throttled_reply_holds_the_breaker_open_for_every_caller() {
+    let reg = registry(window_of_four(75.0));
+    reg.scope(async {
+        let dep = Dep::script(vec![Err(E::Busy(Duration::from_secs(30)))]);
+        assert!(matches!(pay(&dep).await, Err(E::Busy(_))));
+        let other = refund(&dep).await.unwrap_err();
+        assert_eq!(other.refusal(), Some(ErrorKind::BreakerOpen));
+        tokio::time::advance(Duration::from_secs(29)).await;
+        assert_eq!(refund(&dep).await.unwrap_err().refusal(), Some(ErrorKind::BreakerOpen));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        refund(&dep).await.unwrap();
+        assert_eq!(dep.calls(), 2);
+    })
+    .await;
+}
+
+#[resilient(breaker = "payments")]
+async fn hangs(dep: &Dep) -> Result<(), E> {
+    dep.call().await?;
+    std::future::pending::<()>().await;
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_probe_gives_its_half_open_permit_back() {
+    let reg = registry(window_of_four(75.0));
+    reg.scope(async {
+        let breaker = reg.breaker("payments").unwrap();
+        breaker.transition_to(State::HalfOpen);
+        let dep = Dep::default();
+        // The only probe permit is taken by a call that is then dropped.
+        let cancelled = tokio::time::timeout(Duration::from_millis(5), hangs(&dep)).await;
+        assert!(cancelled.is_err());
+        assert_eq!(breaker.state(), State::HalfOpen);
+        // Had the permit leaked, this probe would be refused.
+        pay(&dep).await.unwrap();
+        assert_eq!(breaker.state(), State::Closed);
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_test_registry_is_isolated() {
+    let a = registry(window_of_four(75.0));
+    let b = registry(window_of_four(75.0));
+    let dep = Dep::script((0..4).map(|_| Err(E::Down)).collect());
+    a.scope(async {
+        for _ in 0..4 {
+            let _ = pay(&dep).await;
+        }
+    })
+    .await;
+    assert_eq!(a.breaker("payments").unwrap().state(), State::Open);
+    assert_eq!(b.breaker("payments").unwrap().state(), State::Closed);
+    b.scope(async { pay(&dep).await.unwrap() }).await;
+}
+
+#[resilient(breaker = "not-configured")]
+async fn unknown(dep: &Dep) -> Result<(), E> {
+    dep.call().await
+}
+
+#[tokio::test]
+async fn a_strict_registry_refuses_unknown_names() {
+    let strict = Registry::builder().strict(true).build().unwrap();
+    let dep = Dep::default();
+    let err = strict.scope(unknown(&dep)).await.unwrap_err();
+    assert_eq!(err.refusal(), Some(ErrorKind::UnknownName));
+    assert_eq!(dep.calls(), 0);
+
+    let lenient = Registry::builder().build().unwrap();
+    lenient.scope(unknown(&dep)).await.unwrap();
+    let created = lenient.breaker("not-configured").unwrap();
+    assert_eq!(created.config(), &BreakerConfig::default());
+}
+
+#[tokio::test(start_paused = true)]
+async fn subscribers_see_transitions_and_rejections() {
+    let reg = registry(window_of_four(75.0));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let _subscription = reg.subscribe(move |e: &BreakerEvent| sink.lock().unwrap().push(e.clone()));
+    reg.scope(async {
+        let dep = Dep::script((0..4).map(|_| Err(E::Down)).collect());
+        for _ in 0..5 {
+            let _ = pay(&dep).await;
+        }
+    })
+    .await;
+    let seen = seen.lock().unwrap();
+    assert!(seen.iter().any(|e| matches!(
+        e,
+        BreakerEvent::StateTransition { from: State::Closed, to: State::Open, .. }
+    )));
+    assert!(seen.iter().any(|e| matches!(e, BreakerEvent::CallNotPermitted { .. })));
+    assert!(seen.iter().all(|e| e.name() == "payments"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn snapshot_is_plain_serializable_data() {
+    let reg = registry(window_of_four(75.0));
+    reg.scope(async {
+        let dep = Dep::script(vec![Err(E::Down)]);
+        let _ = pay(&dep).await;
+        let _ = pay(&dep).await;
+    })
+    .await;
+    let snapshot = reg.snapshot();
+    assert_eq!(snapshot.breakers.len(), 1);
+    assert_eq!(snapshot.breakers[0].name, "payments");
+    assert_eq!(snapshot.breakers[0].buffered_calls, 2);
+    assert_eq!(snapshot.breakers[0].failed_calls, 1);
+    let json = serde_json::to_value(&snapshot).unwrap();
+    assert_eq!(json["breakers"][0]["state"], "closed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_registry_is_configured_from_toml() {
+    let reg = Registry::builder()
+        .toml(
+            r#"
+            [registry]
+            unknown_names = "error"
+
+            [breakers.payments]
+            sliding_window_type = "count_based"
+            sliding_window_size = 4
+            minimum_number_of_calls = 4
+            failure_rate_threshold = 75
+            wait_duration_in_open_state_ms = 10000
+            "#,
+        )
+        .unwrap()
+        .build()
+        .unwrap();
+    assert!(reg.is_strict());
+    assert_eq!(
+        reg.breaker("payments").unwrap().config(),
+        &BreakerConfig::default()
+            .sliding_window(SlidingWindow::CountBased { size: 4 })
+            .minimum_number_of_calls(4)
+            .failure_rate_threshold(75.0)
+            .wait_duration_in_open_state(Duration::from_secs(10))
+    );
+    reg.scope(async {
+        let dep = Dep::script((0..4).map(|_| Err(E::Down)).collect());
+        for _ in 0..4 {
+            let _ = pay(&dep).await;
+        }
+        assert_eq!(pay(&dep).await.unwrap_err().refusal(), Some(ErrorKind::BreakerOpen));
+    })
+    .await;
+}
+
+#[test]
+fn bad_files_are_refused_naming_the_part_the_key_and_the_value() {
+    let err = Registry::builder()
+        .toml(
+            r#"
+            [breakers.payments]
+            failure_rate_threshold = 150
+
+            [breakers.search]
+            sliding_window_size = 0
+            wait_duration_in_open_state_ms = -5
+            failure_rate = 50
+
+            [breakers.ledger]
+            initial_state = "forced-open"
+
+            [registry]
+            unknown_names = "maybe"
+
+            [brakers.x]
+            "#,
+        )
+        .unwrap()
+        .build()
+        .unwrap_err();
+    let text = err.to_string();
+    for expected in [
+        "breaker `payments`",
+        "failure_rate_threshold",
+        "150",
+        "breaker `search`",
+        "sliding_window_size",
+        "wait_duration_in_open_state_ms",
+        "-5",
+        "failure_rate",
+        "breaker `ledger`",
+        "forced-open",
+        "unknown_names",
+        "maybe",
+        "brakers",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+    assert!(err.problems().len() >= 6, "{text}");
+}
+
+#[test]
+fn invalid_configuration_in_code_is_refused_at_build() {
+    let err = Registry::builder()
+        .breaker("payments", BreakerConfig::default().failure_rate_threshold(0.0))
+        .build()
+        .unwrap_err();
+    let p = &err.problems()[0];
+    assert_eq!((p.section(), p.name(), p.key()), ("breaker", Some("payments"), "failure_rate_threshold"));
+    assert_eq!(p.value(), "0");
+}
+
+#[test]
+fn text_that_is_not_toml_is_refused() {
+    let err = Registry::builder().toml("[breakers.payments\n").unwrap_err();
+    assert!(err.to_string().contains("registry"), "{err}");
+}

@@ -1,0 +1,8 @@
+use resilient::resilient;
+
+#[resilient(crate = "not a path!")]
+async fn fetch() -> Result<(), std::io::Error> {
+    Ok(())
+}
+
+fn main() {}

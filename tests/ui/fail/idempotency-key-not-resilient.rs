@@ -1,0 +1,15 @@
+// A parameter typed like an idempotency key that is the user's own type, not
+// `resilient::IdempotencyKey`: it does not make retrying safe.
+
+use resilient::resilient;
+
+#[derive(Clone)]
+struct IdempotencyKey(String);
+
+#[resilient(retries = 3)]
+async fn charge(key: IdempotencyKey, cents: u64) -> Result<u64, std::io::Error> {
+    let _ = key.0;
+    Ok(cents)
+}
+
+fn main() {}

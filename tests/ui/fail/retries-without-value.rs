@@ -1,0 +1,8 @@
+use resilient::resilient;
+
+#[resilient(retries, idempotent)]
+async fn fetch() -> Result<(), std::io::Error> {
+    Ok(())
+}
+
+fn main() {}

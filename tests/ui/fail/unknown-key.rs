@@ -1,0 +1,8 @@
+use resilient::resilient;
+
+#[resilient(retry = 3)]
+async fn fetch() -> Result<(), std::io::Error> {
+    Ok(())
+}
+
+fn main() {}

@@ -1,0 +1,8 @@
+use resilient::resilient;
+
+#[resilient(deadline_ms = 0)]
+async fn fetch() -> Result<(), std::io::Error> {
+    Ok(())
+}
+
+fn main() {}
