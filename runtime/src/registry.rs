@@ -169,7 +169,7 @@ impl Registry {
     /// .await;
     /// # }
     /// ```
-    pub fn scope<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
+    pub fn scope<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> + use<F> {
         CURRENT.scope(self.clone(), fut)
     }
 
