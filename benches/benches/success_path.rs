@@ -77,7 +77,9 @@ fn single_thread(c: &mut Criterion) {
     g.bench_function("deadline_ms", |b| {
         b.iter(|| run(with_deadline(black_box(1))))
     });
-    g.bench_function("retries = 3", |b| b.iter(|| run(with_retries(black_box(1)))));
+    g.bench_function("retries = 3", |b| {
+        b.iter(|| run(with_retries(black_box(1))))
+    });
     g.bench_function("breaker", |b| b.iter(|| run(with_breaker(black_box(1)))));
     g.bench_function("retries + breaker + timeout_ms", |b| {
         b.iter(|| run(with_everything(black_box(1))))

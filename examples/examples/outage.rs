@@ -152,10 +152,7 @@ struct Report {
     retries_after_recovery: usize,
 }
 
-async fn simulate(
-    name: &'static str,
-    request: for<'a> fn(&'a Storage) -> Call<'a>,
-) -> Report {
+async fn simulate(name: &'static str, request: for<'a> fn(&'a Storage) -> Call<'a>) -> Report {
     let storage = Arc::new(Storage {
         start: Instant::now(),
         attempts: Mutex::new(Vec::new()),
@@ -172,12 +169,11 @@ async fn simulate(
         requests += 1;
         let s = storage.clone();
         // `propagate` hands the spawned request this task's registry.
-        tasks.push(tokio::spawn(resilient::propagate(ATTEMPT_OF_REQUEST.scope(
-            std::cell::Cell::new(0),
-            async move {
+        tasks.push(tokio::spawn(resilient::propagate(
+            ATTEMPT_OF_REQUEST.scope(std::cell::Cell::new(0), async move {
                 let _ = request(&s).await;
-            },
-        ))));
+            }),
+        )));
         tokio::time::sleep(interval).await;
     }
     for t in tasks {
@@ -232,7 +228,10 @@ async fn main() {
         "{:<20} {:>22} {:>30}",
         "configuration", "attempts per request", "retries after recovery"
     );
-    println!("{:<20} {:>22} {:>30}", "", "(during the outage)", "(how many, for how long)");
+    println!(
+        "{:<20} {:>22} {:>30}",
+        "", "(during the outage)", "(how many, for how long)"
+    );
     let reports = registry
         .scope(async {
             vec![
@@ -248,7 +247,11 @@ async fn main() {
             "{:<20} {:>22} {:>30}",
             r.name,
             format!("{per_request:.2}"),
-            format!("{} over {:.2} s", r.retries_after_recovery, r.retry_tail.as_secs_f64()),
+            format!(
+                "{} over {:.2} s",
+                r.retries_after_recovery,
+                r.retry_tail.as_secs_f64()
+            ),
         );
         let _ = r.requests;
     }

@@ -1,10 +1,10 @@
 //! Parsing `#[resilient(...)]`'s arguments. Only syntax here: what each key
 //! may hold. Rules across keys and the function live in `valid.rs`.
 
-use proc_macro2::Span;
+use proc_macro2::{Span, TokenStream, TokenTree};
+use quote::ToTokens;
 use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream};
-use syn::spanned::Spanned;
 use syn::{Ident, LitInt, LitStr, Path, Token};
 
 pub(crate) const KEYS: &str = "`retries`, `idempotent`, `deadline_ms`, `timeout_ms`, `backoff`, `base_ms`, `cap_ms`, `breaker`, `budget`, `bulkhead`, `fallback`, `classify`, `crate`";
@@ -16,11 +16,12 @@ pub(crate) const STRATEGIES: [&str; 4] = [
     "exponential",
 ];
 
-/// A value and the span of the `key = value` it came from.
+/// A value and the tokens of the `key = value` it came from, so an error
+/// about it underlines the whole of it.
 #[derive(Clone)]
 pub(crate) struct Spanned2<T> {
     pub(crate) value: T,
-    pub(crate) span: Span,
+    pub(crate) tokens: TokenStream,
 }
 
 #[derive(Default)]
@@ -46,11 +47,12 @@ pub(crate) struct Errors(Option<syn::Error>);
 
 impl Errors {
     pub(crate) fn push(&mut self, span: Span, message: impl std::fmt::Display) {
-        let e = syn::Error::new(span, message);
-        match &mut self.0 {
-            Some(all) => all.combine(e),
-            None => self.0 = Some(e),
-        }
+        self.push_error(syn::Error::new(span, message));
+    }
+
+    /// An error underlining all of `tokens`.
+    pub(crate) fn push_spanned(&mut self, tokens: impl ToTokens, message: impl std::fmt::Display) {
+        self.push_error(syn::Error::new_spanned(tokens, message));
     }
 
     pub(crate) fn push_error(&mut self, e: syn::Error) {
@@ -70,30 +72,89 @@ impl Parse for Args {
         let mut args = Args::default();
         let mut errors = Errors::default();
         while !input.is_empty() {
-            let key = Ident::parse_any(input)?;
-            let name = key.to_string();
-            if let Err(e) = args.parse_value(&key, &name, input) {
-                errors.push_error(e);
+            match Ident::parse_any(input) {
+                Ok(key) => {
+                    let name = key.to_string();
+                    if let Err(e) = args.parse_value(&key, &name, input) {
+                        errors.push_error(e);
+                    }
+                }
+                Err(e) => errors.push_error(e),
             }
-            if input.is_empty() {
-                break;
+            // Whatever went wrong with this argument, resume at the next
+            // one, so every mistake is reported at once.
+            if !input.is_empty() && !input.peek(Token![,]) {
+                let mut rest = TokenStream::new();
+                while !input.is_empty() && !input.peek(Token![,]) {
+                    rest.extend([input.parse::<TokenTree>()?]);
+                }
+                if errors.0.is_none() {
+                    errors.push_spanned(rest, "expected `,` between `#[resilient]` arguments");
+                }
             }
-            input.parse::<Token![,]>()?;
+            if !input.is_empty() {
+                input.parse::<Token![,]>()?;
+            }
         }
         errors.finish()?;
         Ok(args)
     }
 }
 
-fn set<T>(slot: &mut Option<Spanned2<T>>, key: &Ident, value: T, span: Span) -> syn::Result<()> {
+fn set<T>(
+    slot: &mut Option<Spanned2<T>>,
+    key: &Ident,
+    value: T,
+    tokens: TokenStream,
+) -> syn::Result<()> {
     if slot.is_some() {
         return Err(syn::Error::new(
             key.span(),
             format!("`{key}` is set more than once; keep one"),
         ));
     }
-    *slot = Some(Spanned2 { value, span });
+    *slot = Some(Spanned2 { value, tokens });
     Ok(())
+}
+
+/// The accepted key a misspelt one was probably meant to be.
+fn closest(name: &str) -> Option<&'static str> {
+    fn distance(a: &str, b: &str) -> usize {
+        let b: Vec<char> = b.chars().collect();
+        let mut row: Vec<usize> = (0..=b.len()).collect();
+        for (i, ca) in a.chars().enumerate() {
+            let mut prev = row[0];
+            row[0] = i + 1;
+            for (j, cb) in b.iter().enumerate() {
+                let here = row[j + 1];
+                row[j + 1] = (prev + usize::from(ca != *cb))
+                    .min(row[j] + 1)
+                    .min(here + 1);
+                prev = here;
+            }
+        }
+        row[b.len()]
+    }
+    [
+        "retries",
+        "idempotent",
+        "deadline_ms",
+        "timeout_ms",
+        "backoff",
+        "base_ms",
+        "cap_ms",
+        "breaker",
+        "budget",
+        "bulkhead",
+        "fallback",
+        "classify",
+        "crate",
+    ]
+    .into_iter()
+    .map(|k| (distance(name, k), k))
+    .filter(|(d, k)| *d <= 3 || k.starts_with(name) || name.starts_with(k))
+    .min()
+    .map(|(_, k)| k)
 }
 
 fn int<T: std::str::FromStr>(lit: &LitInt, key: &str) -> syn::Result<T>
@@ -132,9 +193,13 @@ impl Args {
             "fallback" | "classify" => "a path to a function",
             "crate" => "a path as a string, like `\"::resilient\"`",
             _ => {
+                let hint =
+                    closest(name).map_or(String::new(), |k| format!(" (did you mean `{k}`?)"));
                 return Err(syn::Error::new(
                     key.span(),
-                    format!("unknown `#[resilient]` argument `{name}`; expected one of: {KEYS}"),
+                    format!(
+                        "unknown `#[resilient]` argument `{name}`{hint}; expected one of: {KEYS}"
+                    ),
                 ));
             }
         };
@@ -149,13 +214,13 @@ impl Args {
         match name {
             "retries" | "deadline_ms" | "timeout_ms" | "base_ms" | "cap_ms" => {
                 let lit: LitInt = input.parse().map_err(|e| wrong(e.span()))?;
-                let span = key.span().join(lit.span()).unwrap_or(key.span());
+                let tokens = quote::quote!(#key = #lit);
                 match name {
-                    "retries" => set(&mut self.retries, key, int::<u32>(&lit, name)?, span),
-                    "deadline_ms" => set(&mut self.deadline_ms, key, int(&lit, name)?, span),
-                    "timeout_ms" => set(&mut self.timeout_ms, key, int(&lit, name)?, span),
-                    "base_ms" => set(&mut self.base_ms, key, int(&lit, name)?, span),
-                    _ => set(&mut self.cap_ms, key, int(&lit, name)?, span),
+                    "retries" => set(&mut self.retries, key, int::<u32>(&lit, name)?, tokens),
+                    "deadline_ms" => set(&mut self.deadline_ms, key, int(&lit, name)?, tokens),
+                    "timeout_ms" => set(&mut self.timeout_ms, key, int(&lit, name)?, tokens),
+                    "base_ms" => set(&mut self.base_ms, key, int(&lit, name)?, tokens),
+                    _ => set(&mut self.cap_ms, key, int(&lit, name)?, tokens),
                 }
             }
             "backoff" => {
@@ -169,7 +234,7 @@ impl Args {
                         ),
                     ));
                 };
-                set(&mut self.backoff, key, strategy, lit.span())
+                set(&mut self.backoff, key, strategy, quote::quote!(#key = #lit))
             }
             "breaker" | "budget" | "bulkhead" => {
                 let lit: LitStr = input.parse().map_err(|e| wrong(e.span()))?;
@@ -186,20 +251,20 @@ impl Args {
                         ),
                     ));
                 }
-                let span = lit.span();
+                let tokens = quote::quote!(#key = #lit);
                 match name {
-                    "breaker" => set(&mut self.breaker, key, lit, span),
-                    "budget" => set(&mut self.budget, key, lit, span),
-                    _ => set(&mut self.bulkhead, key, lit, span),
+                    "breaker" => set(&mut self.breaker, key, lit, tokens),
+                    "budget" => set(&mut self.budget, key, lit, tokens),
+                    _ => set(&mut self.bulkhead, key, lit, tokens),
                 }
             }
             "fallback" | "classify" => {
                 let path: Path = input.parse().map_err(|e| wrong(e.span()))?;
-                let span = path.span();
+                let tokens = path.to_token_stream();
                 if name == "fallback" {
-                    set(&mut self.fallback, key, path, span)
+                    set(&mut self.fallback, key, path, tokens)
                 } else {
-                    set(&mut self.classify, key, path, span)
+                    set(&mut self.classify, key, path, tokens)
                 }
             }
             _ => {
@@ -210,7 +275,7 @@ impl Args {
                         "`crate` takes a path as a string, like `\"::resilient\"`",
                     )
                 })?;
-                set(&mut self.krate, key, path, lit.span())
+                set(&mut self.krate, key, path, quote::quote!(#key = #lit))
             }
         }
     }

@@ -1,7 +1,7 @@
 //! Generating the wrapped function. See the `resilient` crate docs for what
 //! the expansion looks like and why.
 
-use proc_macro2::{Delimiter, Group, Span, TokenStream};
+use proc_macro2::{Delimiter, Group, Span, TokenStream, TokenTree};
 use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{FnArg, Pat, PatIdent, Path, ReturnType, parse_quote};
@@ -9,6 +9,26 @@ use syn::{FnArg, Pat, PatIdent, Path, ReturnType, parse_quote};
 use crate::attr::Args;
 use crate::func::Func;
 use crate::valid::Checked;
+
+/// `tokens` with every span set to `span`: the crate path placed in a
+/// check spanned at the user's code, so the whole check, path included,
+/// points there and not at the attribute.
+fn respan(tokens: &impl ToTokens, span: Span) -> TokenStream {
+    tokens
+        .to_token_stream()
+        .into_iter()
+        .map(|mut tt| {
+            if let TokenTree::Group(g) = &tt {
+                let mut group = Group::new(g.delimiter(), respan(&g.stream(), span));
+                group.set_span(span);
+                tt = TokenTree::Group(group);
+            } else {
+                tt.set_span(span);
+            }
+            tt
+        })
+        .collect()
+}
 
 pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream {
     let krate: Path = args
@@ -52,8 +72,12 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
                     // `mut` moves to each attempt's own copy, where the body
                     // mutates it; the outer binding is never mutated.
                     let mutability = mutability.take();
-                    rebinds.push(quote! {
-                        let #mutability #ident = ::core::clone::Clone::clone(&#ident);
+                    let krate_at_ty = respan(&krate, ty_span);
+                    let source = syn::Ident::new(&ident.to_string(), ty_span);
+                    // The copy is made by a call spanned at the argument's
+                    // type, so a non-`Clone` argument is reported there, once.
+                    rebinds.push(quote_spanned! {ty_span=>
+                        let #mutability #ident = #krate_at_ty::__private::ReusableArgument::reuse(&#source);
                     });
                     ident.clone()
                 }
@@ -69,43 +93,45 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
                             subpat: None,
                         }),
                     );
-                    rebinds.push(quote! {
-                        let #original = ::core::clone::Clone::clone(&#name);
+                    let krate_at_ty = respan(&krate, ty_span);
+                    rebinds.push(quote_spanned! {ty_span=>
+                        let #original = #krate_at_ty::__private::ReusableArgument::reuse(&#name);
                     });
                     name
                 }
             };
             call_args.push(name.to_token_stream());
-            // Checks are spanned at the argument's type, so a refusal lands there.
-            let at_ty = syn::Ident::new(&name.to_string(), ty_span).into_token_stream();
-            let at_ty = if name.to_string().starts_with("__resilient_arg_") {
-                name.to_token_stream()
-            } else {
-                at_ty
-            };
-            checks.push(quote_spanned! {ty_span=>
-                #krate::__private::reusable_argument(&#at_ty);
-            });
             if checked.key_params.contains(&i) {
+                let at_ty = if name.to_string().starts_with("__resilient_arg_") {
+                    name.to_token_stream()
+                } else {
+                    syn::Ident::new(&name.to_string(), ty_span).into_token_stream()
+                };
+                let krate_at_ty = respan(&krate, ty_span);
                 checks.push(quote_spanned! {ty_span=>
-                    #krate::__private::idempotency_key(&#at_ty);
+                    #krate_at_ty::__private::idempotency_key(&#at_ty);
                 });
             }
         }
     }
-    // `impl Trait` cannot be named in a turbofish; the engine's own bounds
-    // still check such a return type, with a less pointed message.
-    if !ret.to_token_stream().to_string().contains("impl") {
-        checks.push(quote_spanned! {ret.span()=>
-            #krate::__private::returns_result::<#ret>();
-        });
-    }
+    // The engine's bounds (a `Result` whose error converts from
+    // `resilient::Error` and, when looked at, implements `Classify`) are
+    // checked at the engine call, spanned at the return type.
+    let ret_span = ret.span();
+    let krate_at_ret = respan(&krate, ret_span);
+    // Name the return type for the engine when it can be named, so its
+    // errors speak of `u32`, not of what the body happened to return.
+    let ret_hint = if ret.to_token_stream().to_string().contains("impl") {
+        quote!(_)
+    } else {
+        ret.to_token_stream()
+    };
 
     let retries = args.retries.as_ref().map_or(0, |r| r.value);
     let classifier = match &args.classify {
         Some(path) => path.value.to_token_stream(),
         None if retries > 0 || args.breaker.is_some() || args.budget.is_some() => {
-            quote_spanned!(ret.span()=> #krate::__private::classify_by_trait)
+            quote_spanned!(ret_span=> #krate_at_ret::__private::classify_by_trait)
         }
         None => quote!(#krate::__private::unclassified),
     };
@@ -151,8 +177,8 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
 
     let policy_ident = format_ident!("__RESILIENT_POLICY", span = Span::mixed_site());
     let call = if checked.reuses_arguments {
-        let engine = quote! {
-            #krate::__private::retry(&#policy_ident, #classifier, || {
+        let engine = quote_spanned! {ret_span=>
+            #krate_at_ret::__private::retry::<#ret_hint, _, _, _>(&#policy_ident, #classifier, #krate_at_ret::__private::refusal_into::<#ret_hint>(), || {
                 #(#rebinds)*
                 async move #body
             })
@@ -165,13 +191,23 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
                 let error = format_ident!("__resilient_error", span = Span::mixed_site());
                 // The engine borrowed the arguments; they are free again for
                 // the fallback, which is awaited by the outer `.await` below.
-                quote! {
+                let fallback_span = fallback
+                    .tokens
+                    .clone()
+                    .into_iter()
+                    .next()
+                    .map_or(ret_span, |t| t.span());
+                let krate_at_fallback = respan(&krate, fallback_span);
+                let call_fallback = quote_spanned! {fallback_span=>
+                    #krate_at_fallback::__private::fallback::<#ret_hint, _>(#path(#(#call_args,)* #error)).await
+                };
+                quote_spanned! {ret_span=>
                     async {
                         match #engine.await {
                             ::core::result::Result::Ok(#value) => ::core::result::Result::Ok(#value),
                             ::core::result::Result::Err(#error) => {
                                 #krate::__private::fallback_served(&#policy_ident);
-                                #path(#(#call_args,)* #error).await
+                                #call_fallback
                             }
                         }
                     }
@@ -179,17 +215,20 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
             }
         }
     } else {
-        quote! {
-            #krate::__private::once(&#policy_ident, #classifier, async move #body)
+        quote_spanned! {ret_span=>
+            #krate_at_ret::__private::once::<#ret_hint, _, _>(&#policy_ident, #classifier, #krate_at_ret::__private::refusal_into::<#ret_hint>(), async move #body)
         }
     };
 
+    // `.await` spanned at the return type too: the engine's bounds are
+    // checked again where its future is awaited, and must land there.
+    let awaited = quote_spanned!(ret_span=> #call.await);
     let mut outer_body = Group::new(
         Delimiter::Brace,
         quote! {
             #(#checks)*
             static #policy_ident: #krate::__private::Policy = #policy;
-            #call.await
+            #awaited
         },
     );
     outer_body.set_span(body.span());

@@ -1,9 +1,7 @@
 //! The rules across keys, and between the keys and the function: everything
 //! that can be refused before any code is generated.
 
-use proc_macro2::Span;
 use quote::ToTokens;
-use syn::spanned::Spanned;
 use syn::{FnArg, ReturnType, Type};
 
 use crate::attr::{Args, Errors};
@@ -13,8 +11,6 @@ use crate::func::Func;
 /// a dependency that is already failing); Google's SRE book and gRPC's retry
 /// design both cap attempts at single digits.
 pub(crate) const MAX_RETRIES: u32 = 10;
-
-/// How each argument reaches the attempts.
 
 /// What validation learned about the function, for the expansion.
 pub(crate) struct Checked {
@@ -32,8 +28,8 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
     // Keys on their own.
     if let Some(r) = &args.retries {
         if r.value > MAX_RETRIES {
-            errors.push(
-                r.span,
+            errors.push_spanned(
+                &r.tokens,
                 format!(
                     "`retries = {}` is more than {MAX_RETRIES}: past a handful, retrying only prolongs an outage and multiplies the load on a failing dependency; use at most {MAX_RETRIES}",
                     r.value
@@ -49,8 +45,8 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
     ] {
         if let Some(v) = value {
             if v.value == 0 {
-                errors.push(
-                    v.span,
+                errors.push_spanned(
+                    &v.tokens,
                     format!("`{key} = 0` leaves no time at all; give a positive number of milliseconds, or remove `{key}`"),
                 );
             }
@@ -58,8 +54,8 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
     }
     if let (Some(t), Some(d)) = (&args.timeout_ms, &args.deadline_ms) {
         if t.value >= d.value && d.value > 0 {
-            errors.push(
-                t.span,
+            errors.push_spanned(
+                &t.tokens,
                 format!(
                     "`timeout_ms = {}` is not shorter than `deadline_ms = {}`, so the deadline always ends the attempt first; make the per-attempt timeout shorter, or remove it",
                     t.value, d.value
@@ -69,21 +65,21 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
     }
     if let (Some(b), Some(c)) = (&args.base_ms, &args.cap_ms) {
         if b.value > c.value {
-            errors.push(
-                b.span,
-                format!("`base_ms = {}` is larger than `cap_ms = {}`; the first delay cannot exceed the largest", b.value, c.value),
+            errors.push_spanned(
+                &b.tokens,
+                format!("`base_ms = {}` is larger than `cap_ms = {}`: the first delay cannot exceed the largest; lower `base_ms` or raise `cap_ms`", b.value, c.value),
             );
         }
     }
     if retries == 0 {
-        for (key, span) in [
-            ("backoff", args.backoff.as_ref().map(|b| b.span)),
-            ("base_ms", args.base_ms.as_ref().map(|b| b.span)),
-            ("cap_ms", args.cap_ms.as_ref().map(|b| b.span)),
+        for (key, tokens) in [
+            ("backoff", args.backoff.as_ref().map(|b| &b.tokens)),
+            ("base_ms", args.base_ms.as_ref().map(|b| &b.tokens)),
+            ("cap_ms", args.cap_ms.as_ref().map(|b| &b.tokens)),
         ] {
-            if let Some(span) = span {
-                errors.push(
-                    span,
+            if let Some(tokens) = tokens {
+                errors.push_spanned(
+                    tokens,
                     format!("`{key}` has no effect without `retries`: add `retries = N`, or remove `{key}`"),
                 );
             }
@@ -104,7 +100,7 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
         } else {
             errors.push(
                 sig.fn_token.span,
-                "`#[resilient]` can only be applied to an `async fn`: retries, timeouts and deadlines wrap a future",
+                format!("`#[resilient]` can only be applied to an `async fn`: retries, timeouts and deadlines wrap a future; write `async fn {}`", sig.ident),
             );
         }
     }
@@ -125,10 +121,13 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
             _ => None,
         })
         .collect();
-    if retries > 0 && args.idempotent.is_none() && key_params.is_empty() {
-        let span = args.retries.as_ref().map_or(Span::call_site(), |r| r.span);
-        errors.push(
-            span,
+    let unsafe_retries = args
+        .retries
+        .as_ref()
+        .filter(|r| r.value > 0 && args.idempotent.is_none() && key_params.is_empty());
+    if let Some(r) = unsafe_retries {
+        errors.push_spanned(
+            &r.tokens,
             format!(
                 "`{}` may not be retried: it is not marked `idempotent` and takes no idempotency key, so a retry could repeat its side effect (charge twice, send twice); if running it twice is harmless, add `idempotent`; otherwise take a `resilient::IdempotencyKey` parameter, created once per operation, and send it so the server can recognise a repeat",
                 sig.ident
@@ -140,15 +139,30 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
     let reuses_arguments = retries > 0 || args.fallback.is_some();
     if reuses_arguments {
         for arg in &sig.inputs {
+            if let FnArg::Typed(t) = arg {
+                if let Type::Reference(reference) = &*t.ty {
+                    if reference.mutability.is_some() {
+                        let shared = &reference.elem;
+                        errors.push_spanned(
+                            &t.ty,
+                            format!(
+                                "`{}` cannot be lent to every attempt: an attempt may still hold it when the next begins; take `&{}` (with interior mutability if it must change), or remove `retries`",
+                                pretty(&t.ty),
+                                pretty(shared)
+                            ),
+                        );
+                    }
+                }
+            }
             if let FnArg::Receiver(r) = arg {
                 if r.colon_token.is_none() && r.mutability.is_some() && r.reference.is_some() {
-                    errors.push(
-                        r.span(),
+                    errors.push_spanned(
+                        r,
                         "`&mut self` cannot be lent to every attempt: an attempt may still hold it when the next begins; take `&self` (with interior mutability), or remove `retries`",
                     );
                 } else if r.reference.is_none() && !is_reference(&r.ty) {
-                    errors.push(
-                        r.span(),
+                    errors.push_spanned(
+                        r,
                         "`self` by value cannot be passed to every attempt: the first attempt consumes it; take `&self`, or remove `retries`",
                     );
                 }
@@ -180,4 +194,22 @@ fn names_idempotency_key(ty: &Type) -> bool {
 
 fn is_reference(ty: &Type) -> bool {
     matches!(ty, Type::Reference(_))
+}
+
+/// A type as a user would write it: `&mut Vec<u8>`, not `& mut Vec < u8 >`.
+fn pretty(tokens: &impl ToTokens) -> String {
+    let text = tokens.to_token_stream().to_string();
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        let next = chars.peek().copied();
+        let prev = out.chars().last();
+        let drop_space = c == ' '
+            && (matches!(prev, Some('&' | '<' | ':' | '(' | '[') | None)
+                || matches!(next, Some('<' | '>' | ',' | ':' | ')' | ']')));
+        if !drop_space {
+            out.push(c);
+        }
+    }
+    out
 }

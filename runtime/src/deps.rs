@@ -13,7 +13,9 @@ use tokio::time::Instant;
 
 use crate::outcome::Outcome;
 use crate::registry::Registry;
-use crate::{AdaptiveThrottle, Breaker, BreakerPermit, Bulkhead, BulkheadPermit, Error, RetryBudget};
+use crate::{
+    AdaptiveThrottle, Breaker, BreakerPermit, Bulkhead, BulkheadPermit, Error, RetryBudget,
+};
 
 /// The names one annotated function uses, fixed at compile time.
 #[derive(Debug, Clone, Copy)]
@@ -63,7 +65,10 @@ impl Deps {
     };
 
     pub(crate) fn resolve(registry: &Registry, names: Names) -> Result<Deps, Error> {
-        let breaker = names.breaker.map(|n| registry.resolve_breaker(n)).transpose()?;
+        let breaker = names
+            .breaker
+            .map(|n| registry.resolve_breaker(n))
+            .transpose()?;
         // A function's budget is the one it names, else its dependency's.
         let budget = match (names.budget, names.breaker) {
             (Some(explicit), _) => Some(registry.resolve_budget(explicit, true)?),
@@ -71,7 +76,10 @@ impl Deps {
             (None, None) => None,
         };
         let throttle = names.breaker.and_then(|n| registry.throttle(n));
-        let bulkhead = names.bulkhead.map(|n| registry.resolve_bulkhead(n)).transpose()?;
+        let bulkhead = names
+            .bulkhead
+            .map(|n| registry.resolve_bulkhead(n))
+            .transpose()?;
         Ok(Deps {
             breaker,
             throttle,

@@ -9,14 +9,15 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::__private::ReturnsResult;
 use crate::backoff::{Backoff, DEFAULT_BASE, DEFAULT_CAP};
 use crate::context::{
     current_deadline, earliest, give_ups, in_retry_scope, mark_gave_up, scope_deadline,
     scope_retries,
 };
 use crate::deps::{Deps, Names};
-use crate::registry::Registry;
 use crate::outcome::Outcome;
+use crate::registry::Registry;
 use crate::{Classification, Error};
 
 /// What one annotated function asked for, fixed at compile time.
@@ -224,59 +225,89 @@ impl<C> Call<C> {
 
 /// Runs an annotated function's body once: the expansion of a function
 /// without `retries`. Its deadline, timeout, breaker and bulkhead apply.
-pub async fn once<T, E, C, Fut>(policy: &'static Policy, classify: C, fut: Fut) -> Result<T, E>
+///
+/// Generic over the return type `R` rather than `Result<T, E>`, with the
+/// same bounds the expansion checks at the user's return type, so a
+/// function returning something else gets exactly one error, there.
+pub async fn once<R, C, Fut>(
+    policy: &'static Policy,
+    classify: C,
+    refuse: fn(Error) -> R::Error,
+    fut: Fut,
+) -> R
+where
+    Fut: Future<Output = R>,
+    R: ReturnsResult,
+    C: Fn(&R::Error) -> Classification,
+{
+    R::from_result(once_inner(policy, classify, refuse, async { fut.await.into_result() }).await)
+}
+
+async fn once_inner<T, E, C, Fut>(
+    policy: &'static Policy,
+    classify: C,
+    refuse: fn(Error) -> E,
+    fut: Fut,
+) -> Result<T, E>
 where
     Fut: Future<Output = Result<T, E>>,
-    E: From<Error>,
     C: Fn(&E) -> Classification,
 {
     let call = match Call::begin(policy, classify) {
         Ok(call) => call,
-        Err(refusal) => return Err(give_up(refusal.into())),
+        Err(refusal) => return Err(give_up(refuse(refusal))),
     };
     call.deps.on_request(Instant::now());
     match call.attempt(fut).await {
         Ok(value) => Ok(value),
         // Not retried here, so an enclosing layer may still retry it.
         Err(Failure::Failed(error, _)) => Err(error),
-        Err(Failure::TimedOut(after)) => Err(Error::attempt_timed_out(after).into()),
-        Err(Failure::Deadline) => Err(give_up(Error::deadline_exceeded().into())),
-        Err(Failure::Refused(refusal)) => Err(give_up(refusal.into())),
+        Err(Failure::TimedOut(after)) => Err(refuse(Error::attempt_timed_out(after))),
+        Err(Failure::Deadline) => Err(give_up(refuse(Error::deadline_exceeded()))),
+        Err(Failure::Refused(refusal)) => Err(give_up(refuse(refusal))),
     }
 }
 
 /// Runs an annotated function's body up to `1 + retries` times: the
 /// expansion of a function with `retries`. `attempt` makes each attempt's
-/// future from fresh clones of the arguments.
-pub async fn retry<T, E, C, F, Fut>(
+/// future from fresh copies of the arguments.
+pub async fn retry<R, C, F, Fut>(
     policy: &'static Policy,
     classify: C,
-    attempt: F,
+    refuse: fn(Error) -> R::Error,
+    mut attempt: F,
+) -> R
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = R>,
+    R: ReturnsResult,
+    C: Fn(&R::Error) -> Classification,
+{
+    let attempt = move || {
+        let fut = attempt();
+        async { fut.await.into_result() }
+    };
+    let call = match Call::begin(policy, classify) {
+        Ok(call) => call,
+        Err(refusal) => return R::from_result(Err(give_up(refuse(refusal)))),
+    };
+    // The outermost retrying layer of the task opens the scope in which
+    // nested layers report giving up.
+    R::from_result(if in_retry_scope() {
+        retry_loop(call, refuse, attempt).await
+    } else {
+        scope_retries(retry_loop(call, refuse, attempt)).await
+    })
+}
+
+async fn retry_loop<T, E, C, F, Fut>(
+    call: Call<C>,
+    refuse: fn(Error) -> E,
+    mut attempt: F,
 ) -> Result<T, E>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, E>>,
-    E: From<Error>,
-    C: Fn(&E) -> Classification,
-{
-    let call = match Call::begin(policy, classify) {
-        Ok(call) => call,
-        Err(refusal) => return Err(give_up(refusal.into())),
-    };
-    // The outermost retrying layer of the task opens the scope in which
-    // nested layers report giving up.
-    if in_retry_scope() {
-        retry_loop(call, attempt).await
-    } else {
-        scope_retries(retry_loop(call, attempt)).await
-    }
-}
-
-async fn retry_loop<T, E, C, F, Fut>(call: Call<C>, mut attempt: F) -> Result<T, E>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, E>>,
-    E: From<Error>,
     C: Fn(&E) -> Classification,
 {
     let policy = call.policy;
@@ -289,11 +320,13 @@ where
             Ok(value) => return Ok(value),
             Err(Failure::Failed(error, class)) => (error, class),
             Err(Failure::TimedOut(after)) => (
-                Error::attempt_timed_out(after).into(),
+                refuse(Error::attempt_timed_out(after)),
                 Classification::Transient,
             ),
-            Err(Failure::Deadline) => return Err(give_up(Error::deadline_exceeded().into())),
-            Err(Failure::Refused(refusal)) => return Err(give_up(refusal.into())),
+            Err(Failure::Deadline) => {
+                return Err(give_up(refuse(Error::deadline_exceeded())));
+            }
+            Err(Failure::Refused(refusal)) => return Err(give_up(refuse(refusal))),
         };
         if !class.is_retryable() {
             return Err(error);

@@ -32,7 +32,9 @@ pub use context::{current_deadline, propagate, remaining, with_deadline, with_de
 pub use error::{Error, ErrorKind};
 pub use grpc_timeout::{GrpcTimeout, InvalidGrpcTimeout};
 pub use key::{IdempotencyKey, InvalidIdempotencyKey};
-pub use registry::{AlreadyInstalled, FallbackSnapshot, Registry, RegistryBuilder, RegistrySnapshot};
+pub use registry::{
+    AlreadyInstalled, FallbackSnapshot, Registry, RegistryBuilder, RegistrySnapshot,
+};
 #[doc = include_str!("docs/attribute.md")]
 pub use resilient_macros::resilient;
 pub use rng::seed_jitter;

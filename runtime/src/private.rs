@@ -34,11 +34,15 @@ pub fn unclassified<E: ?Sized>(_: &E) -> Classification {
     label = "each retry needs its own copy of this argument",
     note = "`retries` (and `fallback`) run the function again with the same arguments; make `{Self}` `Clone`, pass a reference, or share it through an `Arc`"
 )]
-pub trait ReusableArgument {}
-impl<T: Clone> ReusableArgument for T {}
-
-/// Spanned at each argument's type by the expansion.
-pub fn reusable_argument<T: ReusableArgument>(_: &T) {}
+pub trait ReusableArgument: Sized {
+    /// Each attempt's own copy.
+    fn reuse(&self) -> Self;
+}
+impl<T: Clone> ReusableArgument for T {
+    fn reuse(&self) -> Self {
+        self.clone()
+    }
+}
 
 /// Checks the annotated function's return type.
 #[diagnostic::on_unimplemented(
@@ -46,12 +50,25 @@ pub fn reusable_argument<T: ReusableArgument>(_: &T) {}
     label = "not a `Result`",
     note = "a retry, a breaker and a deadline all need to tell failure from success, and to return their own refusals as the error"
 )]
-pub trait ReturnsResult {
+pub trait ReturnsResult: Sized {
+    /// The success type.
+    type Ok;
     /// The error type.
     type Error;
+    /// As a `Result`.
+    fn into_result(self) -> Result<Self::Ok, Self::Error>;
+    /// From a `Result`.
+    fn from_result(result: Result<Self::Ok, Self::Error>) -> Self;
 }
 impl<T, E> ReturnsResult for Result<T, E> {
+    type Ok = T;
     type Error = E;
+    fn into_result(self) -> Self {
+        self
+    }
+    fn from_result(result: Self) -> Self {
+        result
+    }
 }
 
 /// Checks that the error type can carry the library's refusals.
@@ -60,15 +77,41 @@ impl<T, E> ReturnsResult for Result<T, E> {
     label = "the error type of this `#[resilient]` function",
     note = "a passed deadline, an attempt timeout or an open breaker reach the caller as this error type: add `impl From<resilient::Error> for {Self}`, e.g. a variant `{Self}::Resilience(resilient::Error)`"
 )]
-pub trait CarriesRefusals {}
-impl<E: From<Error>> CarriesRefusals for E {}
+pub trait CarriesRefusals {
+    /// The refusal, as this error type.
+    fn from_refusal(refusal: Error) -> Self;
+}
+impl<E: From<Error>> CarriesRefusals for E {
+    fn from_refusal(refusal: Error) -> Self {
+        E::from(refusal)
+    }
+}
 
-/// Spanned at the return type by the expansion.
-pub fn returns_result<R>()
+/// How the engine turns a refusal into the function's error type: the
+/// only place the `From<resilient::Error>` bound is checked, spanned at the
+/// user's return type by the expansion, so a missing impl is one error.
+pub fn refusal_into<R>() -> fn(Error) -> R::Error
 where
     R: ReturnsResult,
     R::Error: CarriesRefusals,
 {
+    <R::Error as CarriesRefusals>::from_refusal
+}
+
+/// Checks that a fallback is an `async fn` returning the function's own type.
+#[diagnostic::on_unimplemented(
+    message = "the fallback must be an `async fn` returning `{R}`, the annotated function's own type",
+    label = "this fallback does not return a future of `{R}`",
+    note = "a fallback is called as `fallback(arguments…, error).await`, with the annotated function's arguments followed by its final error"
+)]
+pub trait FallbackFuture<R>: std::future::Future<Output = R> {}
+impl<R, F: std::future::Future<Output = R>> FallbackFuture<R> for F {}
+
+/// Spanned at the fallback's path by the expansion. Returns an opaque
+/// future, so a fallback that is not one is reported once, here, and not
+/// again where the result is awaited.
+pub fn fallback<R, F: FallbackFuture<R>>(fut: F) -> impl std::future::Future<Output = R> {
+    fut
 }
 
 /// Checks a parameter that claims to be the idempotency key.

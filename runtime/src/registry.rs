@@ -235,10 +235,7 @@ impl Registry {
             breakers: sorted(&self.inner.breakers, Breaker::snapshot),
             budgets: sorted(&self.inner.budgets, RetryBudget::snapshot),
             bulkheads: sorted(&self.inner.bulkheads, Bulkhead::snapshot),
-            throttles: throttles
-                .into_iter()
-                .map(|(_, t)| t.snapshot())
-                .collect(),
+            throttles: throttles.into_iter().map(|(_, t)| t.snapshot()).collect(),
             fallbacks,
         }
     }
@@ -455,7 +452,10 @@ impl RegistryBuilder {
             .into_iter()
             .map(|(name, c)| {
                 let name: Arc<str> = name.into();
-                (name.clone(), Arc::new(AdaptiveThrottle::from_validated(name, c)))
+                (
+                    name.clone(),
+                    Arc::new(AdaptiveThrottle::from_validated(name, c)),
+                )
             })
             .collect();
         Ok(Registry {
@@ -508,7 +508,13 @@ mod file {
     const SECTIONS: &str =
         "`registry`, `defaults`, `breakers`, `budgets`, `bulkheads`, `throttles`";
 
-    fn problem(section: &'static str, name: Option<&str>, key: &str, value: impl std::fmt::Display, reason: impl Into<String>) -> Problem {
+    fn problem(
+        section: &'static str,
+        name: Option<&str>,
+        key: &str,
+        value: impl std::fmt::Display,
+        reason: impl Into<String>,
+    ) -> Problem {
         Problem::new(section, name, key, value, reason)
     }
 
@@ -522,7 +528,13 @@ mod file {
         let text = match table {
             toml::Value::Table(t) => toml::to_string(&t).unwrap_or_default(),
             other => {
-                problems.push(problem("registry", None, "(entry)", other, "expected a table of settings"));
+                problems.push(problem(
+                    "registry",
+                    None,
+                    "(entry)",
+                    other,
+                    "expected a table of settings",
+                ));
                 return None;
             }
         };
@@ -543,14 +555,26 @@ mod file {
         /// once, or here if the text is not TOML.
         pub fn toml(mut self, text: &str) -> Result<Self, ConfigError> {
             let doc: toml::Table = text.parse().map_err(|e: toml::de::Error| {
-                ConfigError::one(problem("registry", None, "(file)", "…", e.message().trim().to_owned()))
+                ConfigError::one(problem(
+                    "registry",
+                    None,
+                    "(file)",
+                    "…",
+                    e.message().trim().to_owned(),
+                ))
             })?;
             let mut problems = Vec::new();
             for (section, value) in doc {
                 let table = match value {
                     toml::Value::Table(t) => t,
                     other => {
-                        problems.push(problem("registry", None, &section, other, format!("expected a table; the file's sections are {SECTIONS}")));
+                        problems.push(problem(
+                            "registry",
+                            None,
+                            &section,
+                            other,
+                            format!("expected a table; the file's sections are {SECTIONS}"),
+                        ));
                         continue;
                     }
                 };
@@ -578,14 +602,52 @@ mod file {
                     "breakers" | "budgets" | "bulkheads" | "throttles" => {
                         for (name, value) in table {
                             match section.as_str() {
-                                "breakers" => if let Some(c) = part(value, |t| BreakerConfig::from_toml(&name, t), &mut problems) { self.breakers.insert(name, c); },
-                                "budgets" => if let Some(c) = part(value, |t| BudgetConfig::from_toml(&name, t), &mut problems) { self.budgets.insert(name, c); },
-                                "bulkheads" => if let Some(c) = part(value, |t| BulkheadConfig::from_toml(&name, t), &mut problems) { self.bulkheads.insert(name, c); },
-                                _ => if let Some(c) = part(value, |t| ThrottleConfig::from_toml(&name, t), &mut problems) { self.throttles.insert(name, c); },
+                                "breakers" => {
+                                    if let Some(c) = part(
+                                        value,
+                                        |t| BreakerConfig::from_toml(&name, t),
+                                        &mut problems,
+                                    ) {
+                                        self.breakers.insert(name, c);
+                                    }
+                                }
+                                "budgets" => {
+                                    if let Some(c) = part(
+                                        value,
+                                        |t| BudgetConfig::from_toml(&name, t),
+                                        &mut problems,
+                                    ) {
+                                        self.budgets.insert(name, c);
+                                    }
+                                }
+                                "bulkheads" => {
+                                    if let Some(c) = part(
+                                        value,
+                                        |t| BulkheadConfig::from_toml(&name, t),
+                                        &mut problems,
+                                    ) {
+                                        self.bulkheads.insert(name, c);
+                                    }
+                                }
+                                _ => {
+                                    if let Some(c) = part(
+                                        value,
+                                        |t| ThrottleConfig::from_toml(&name, t),
+                                        &mut problems,
+                                    ) {
+                                        self.throttles.insert(name, c);
+                                    }
+                                }
                             }
                         }
                     }
-                    _ => problems.push(problem("registry", None, &section, "…", format!("unknown section; expected one of {SECTIONS}"))),
+                    _ => problems.push(problem(
+                        "registry",
+                        None,
+                        &section,
+                        "…",
+                        format!("unknown section; expected one of {SECTIONS}"),
+                    )),
                 }
             }
             self.problems.extend(problems);
@@ -596,7 +658,13 @@ mod file {
         pub fn toml_file(self, path: impl AsRef<Path>) -> Result<Self, ConfigError> {
             let path = path.as_ref();
             let text = std::fs::read_to_string(path).map_err(|e| {
-                ConfigError::one(problem("registry", None, "(file)", path.display(), format!("cannot read it: {e}")))
+                ConfigError::one(problem(
+                    "registry",
+                    None,
+                    "(file)",
+                    path.display(),
+                    format!("cannot read it: {e}"),
+                ))
             })?;
             self.toml(&text)
         }

@@ -37,5 +37,8 @@ async fn the_installed_registry_is_used_and_a_late_install_is_refused() {
 
     let late = Registry::builder().build().unwrap().install();
     let err = late.unwrap_err();
-    assert!(err.to_string().contains("before the first annotated call"), "{err}");
+    assert!(
+        err.to_string().contains("before the first annotated call"),
+        "{err}"
+    );
 }

@@ -139,7 +139,13 @@ async fn a_cancelled_call_gives_its_slot_back() {
     .await;
 }
 
-#[resilient(bulkhead = "db", retries = 1, idempotent, backoff = "exponential", base_ms = 1000)]
+#[resilient(
+    bulkhead = "db",
+    retries = 1,
+    idempotent,
+    backoff = "exponential",
+    base_ms = 1000
+)]
 async fn query_with_retry(dep: &Dep) -> Result<u32, E> {
     dep.call().await
 }
@@ -231,7 +237,10 @@ async fn a_spent_retry_budget_returns_the_failure_at_once() {
         // retry per ten requests, plus the floor of 1 per second.
         let per_request = f64::from(dep.calls()) / f64::from(requests);
         assert!(per_request <= 1.15, "{per_request} attempts per request");
-        assert!(per_request > 1.0, "the budget still lets some retries through");
+        assert!(
+            per_request > 1.0,
+            "the budget still lets some retries through"
+        );
     })
     .await;
 }

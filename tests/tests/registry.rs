@@ -136,8 +136,14 @@ async fn functions_naming_one_breaker_share_it() {
         let _ = pay(&dep).await;
         let _ = refund(&dep).await;
         // S F F S at 50 %: open on the fourth outcome, for both functions.
-        assert_eq!(pay(&dep).await.unwrap_err().refusal(), Some(ErrorKind::BreakerOpen));
-        assert_eq!(refund(&dep).await.unwrap_err().refusal(), Some(ErrorKind::BreakerOpen));
+        assert_eq!(
+            pay(&dep).await.unwrap_err().refusal(),
+            Some(ErrorKind::BreakerOpen)
+        );
+        assert_eq!(
+            refund(&dep).await.unwrap_err().refusal(),
+            Some(ErrorKind::BreakerOpen)
+        );
         assert_eq!(dep.calls(), 4);
     })
     .await;
@@ -196,7 +202,10 @@ async fn a_throttled_reply_holds_the_breaker_open_for_every_caller() {
         let other = refund(&dep).await.unwrap_err();
         assert_eq!(other.refusal(), Some(ErrorKind::BreakerOpen));
         tokio::time::advance(Duration::from_secs(29)).await;
-        assert_eq!(refund(&dep).await.unwrap_err().refusal(), Some(ErrorKind::BreakerOpen));
+        assert_eq!(
+            refund(&dep).await.unwrap_err().refusal(),
+            Some(ErrorKind::BreakerOpen)
+        );
         tokio::time::advance(Duration::from_secs(1)).await;
         refund(&dep).await.unwrap();
         assert_eq!(dep.calls(), 2);
@@ -280,9 +289,16 @@ async fn subscribers_see_transitions_and_rejections() {
     let seen = seen.lock().unwrap();
     assert!(seen.iter().any(|e| matches!(
         e,
-        BreakerEvent::StateTransition { from: State::Closed, to: State::Open, .. }
+        BreakerEvent::StateTransition {
+            from: State::Closed,
+            to: State::Open,
+            ..
+        }
     )));
-    assert!(seen.iter().any(|e| matches!(e, BreakerEvent::CallNotPermitted { .. })));
+    assert!(
+        seen.iter()
+            .any(|e| matches!(e, BreakerEvent::CallNotPermitted { .. }))
+    );
     assert!(seen.iter().all(|e| e.name() == "payments"));
 }
 
@@ -337,7 +353,10 @@ async fn a_registry_is_configured_from_toml() {
         for _ in 0..4 {
             let _ = pay(&dep).await;
         }
-        assert_eq!(pay(&dep).await.unwrap_err().refusal(), Some(ErrorKind::BreakerOpen));
+        assert_eq!(
+            pay(&dep).await.unwrap_err().refusal(),
+            Some(ErrorKind::BreakerOpen)
+        );
     })
     .await;
 }
@@ -391,16 +410,24 @@ fn bad_files_are_refused_naming_the_part_the_key_and_the_value() {
 #[test]
 fn invalid_configuration_in_code_is_refused_at_build() {
     let err = Registry::builder()
-        .breaker("payments", BreakerConfig::default().failure_rate_threshold(0.0))
+        .breaker(
+            "payments",
+            BreakerConfig::default().failure_rate_threshold(0.0),
+        )
         .build()
         .unwrap_err();
     let p = &err.problems()[0];
-    assert_eq!((p.section(), p.name(), p.key()), ("breaker", Some("payments"), "failure_rate_threshold"));
+    assert_eq!(
+        (p.section(), p.name(), p.key()),
+        ("breaker", Some("payments"), "failure_rate_threshold")
+    );
     assert_eq!(p.value(), "0");
 }
 
 #[test]
 fn text_that_is_not_toml_is_refused() {
-    let err = Registry::builder().toml("[breakers.payments\n").unwrap_err();
+    let err = Registry::builder()
+        .toml("[breakers.payments\n")
+        .unwrap_err();
     assert!(err.to_string().contains("registry"), "{err}");
 }

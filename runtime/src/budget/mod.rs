@@ -1,38 +1,22 @@
 //! Retry budgets: how many retries a client may add to the load on one
 //! dependency, shared by every call to it.
 //!
-//! A per-call retry limit (three attempts, say) is not enough. When a
-//! dependency is overloaded every call fails, every call retries, and the
-//! dependency receives three times the traffic that overloaded it. The
-//! *Site Reliability Engineering* book (Beyer et al., O'Reilly 2016),
-//! chapter 21 "Handling Overload", section "Deciding to Retry", answers with
-//! a per-client budget: a request is retried only while retries stay below
-//! 10% of the client's requests, so a client can at most add 10% to the
-//! load of a struggling backend, while the occasional failure against a
-//! healthy one is still retried. A [`RetryBudget`] is that budget, one per
-//! named dependency, consulted by every retry to it.
+//! Why a budget and not only a per-call limit: when a dependency is
+//! overloaded, every call fails and every call retries, so per-call limits
+//! multiply the load exactly when it hurts most. A per-client budget (the SRE
+//! book's 10% of requests) caps what retries can add. The full argument, the
+//! two kinds and the sources of their defaults are on [`RetryBudget`], where
+//! users read them.
 //!
-//! Two kinds are offered ([`BudgetKind`]):
+//! This module owns the budget and its configuration, and three pieces the
+//! other overload-control parts share or mirror:
 //!
-//! * **Ratio** (the default): retries are allowed while the retries of the
-//!   last `window` stay under `ratio` of its requests, plus a reserve of
-//!   `min_retries_per_second × window` so that a client sending one request a
-//!   minute can still retry it. Finagle's `RetryBudget` and tower's
-//!   `TpsBudget` work this way. The default ratio, 0.1, is the SRE book's 10%;
-//!   the default window (10 s) and reserve (10 retries per second) are
-//!   Finagle's defaults, which tower adopted: a window long enough to smooth
-//!   out bursts, short enough to notice a recovery within seconds.
-//! * **Token bucket**: gRPC's retry throttling ("A6: gRPC Retry Design",
-//!   section "Throttling Retry Attempts and Hedged RPCs"). The bucket starts
-//!   full at `max_tokens`; each failed attempt takes one token, each success
-//!   gives back `token_ratio`; retries are allowed only while more than half
-//!   the tokens remain. It has no window: it reacts to the recent balance of
-//!   failures and successes, whatever their rate. The defaults (10 tokens,
-//!   0.1 per success) are the example in the gRPC design.
-//!
-//! Both are lock-free: the ratio budget counts in the sliding
-//! window of `window.rs`, the token bucket in the fixed-point word of
-//! `tokens.rs`.
+//! * `window.rs`: the lock-free sliding window of two counts, used here for
+//!   (requests, retries) and by adaptive throttling for (requests, accepts);
+//! * `tokens.rs`: gRPC's fixed-point token bucket;
+//! * `setting.rs` (feature `serde`): the key-by-key reading of
+//!   configurations from serde maps and TOML tables, used by the budget,
+//!   the throttle and the bulkhead alike so their messages agree.
 
 use std::fmt;
 use std::sync::Arc;
@@ -176,6 +160,9 @@ impl BudgetConfig {
 
     /// Ratio budgets only: how far back requests and retries are counted
     /// (default 10 s; more than 0, at most a day). Key `window_ms`.
+    ///
+    /// The window slides in tenths (one-second steps at the default): a
+    /// count leaves it between 9/10 and 10/10 of `window` after it was made.
     pub fn window(mut self, window: Duration) -> Self {
         self.window = Some(window);
         self
@@ -406,7 +393,41 @@ const REQUESTS: usize = window::FIRST;
 const RETRIES: usize = window::SECOND;
 
 /// A retry budget for one dependency, shared (in an `Arc`) by every call to
-/// it. See the [module documentation](self) for what it decides and why.
+/// it.
+///
+/// A per-call retry limit (three attempts, say) is not enough. When a
+/// dependency is overloaded every call fails, every call retries, and the
+/// dependency receives three times the traffic that overloaded it. The
+/// *Site Reliability Engineering* book (Beyer et al., O'Reilly 2016),
+/// chapter 21 "Handling Overload", section "Deciding to Retry", answers with
+/// a per-client budget: a request is retried only while retries stay below
+/// 10% of the client's requests, so a client can at most add 10% to the
+/// load of a struggling backend, while the occasional failure against a
+/// healthy one is still retried. A [`RetryBudget`] is that budget, one per
+/// named dependency, consulted by every retry to it.
+///
+/// Two kinds are offered ([`BudgetKind`]):
+///
+/// * **Ratio** (the default): retries are allowed while the retries of the
+///   last `window` stay under `ratio` of its requests, plus a reserve of
+///   `min_retries_per_second × window` so that a client sending one request a
+///   minute can still retry it. Finagle's `RetryBudget` and tower's
+///   `TpsBudget` work this way. The default ratio, 0.1, is the SRE book's 10%
+///   (Finagle allows 20%). The default window (10 s) and reserve (10
+///   retries per second) are Finagle's: a window long enough to smooth out
+///   bursts, short enough to notice a recovery within seconds. The window is
+///   configurable because tests, and services that must react faster, need
+///   shorter ones.
+/// * **Token bucket**: gRPC's retry throttling ("A6: gRPC Retry Design",
+///   section "Throttling Retry Attempts and Hedged RPCs"). The bucket starts
+///   full at `max_tokens`; each failed attempt takes one token, each success
+///   gives back `token_ratio`; retries are allowed only while more than half
+///   the tokens remain. It has no window: it reacts to the recent balance of
+///   failures and successes, whatever their rate. The defaults (10 tokens,
+///   0.1 per success) are the example in the gRPC design.
+///
+/// Both are lock-free: asking for a retry, counting a request or an outcome
+/// takes no lock and allocates nothing.
 ///
 /// The `#[resilient]` functions drive it; it can also be driven by hand:
 /// [`on_request`](Self::on_request) once per call,
@@ -563,8 +584,8 @@ impl RetryBudget {
             Policy::Tokens(tokens) => {
                 let milli = tokens.milli();
                 let half = tokens.max() / 2;
-                // Failures the bucket can absorb before it refuses: each
-                // takes a whole token, and it must stay above half.
+                // Failures until the count is no longer above half, each
+                // taking a whole token.
                 let remaining = if milli > half {
                     (milli - half - 1) / MILLI + 1
                 } else {
@@ -608,7 +629,7 @@ pub struct BudgetSnapshot {
     /// Ratio budgets: retries granted in the window. Token buckets: 0.
     pub retries: u64,
     /// Ratio budgets: retries the budget would grant now. Token buckets:
-    /// failures the bucket can take before it refuses retries.
+    /// failures that would make it refuse retries (0: it refuses now).
     pub remaining: u64,
     /// Token buckets: the tokens left. Ratio budgets: `None`.
     pub tokens: Option<f64>,

@@ -1,31 +1,16 @@
 //! Bulkheads: a limit on the calls in flight to one dependency, so that a
 //! slow dependency ties up a bounded share of the caller, not all of it.
 //!
-//! When a dependency slows down, calls to it pile up: each holds a task, a
-//! connection, memory, perhaps a database transaction of the caller. Without
-//! a limit one slow dependency exhausts what every other code path of the
-//! service needs. A [`Bulkhead`] caps the calls in flight to one dependency
-//! at `max_concurrent` and refuses the rest with
-//! [`ErrorKind::BulkheadFull`](crate::ErrorKind::BulkheadFull).
+//! Why: without a limit, calls to a slow dependency pile up until they hold
+//! every task, connection and byte of memory the caller has, and one slow
+//! dependency takes the whole service down. The defaults, their sources and
+//! why waiting is off by default (a queue turns "fail fast" into "fail
+//! after the deadline") are on [`Bulkhead`], where users read them.
 //!
-//! Defaults, and why:
-//!
-//! * `max_concurrent = 25`: Resilience4j's `Bulkhead` default
-//!   (`maxConcurrentCalls`), a common starting point. Size it with Little's
-//!   law: the calls in flight are the call rate times the latency, so 25
-//!   allows 250 calls per second at 100 ms.
-//! * `max_wait = 0`, reject at once (also Resilience4j's default). A call
-//!   waiting for a slot still holds the caller's own resources and adds
-//!   queueing delay to every call behind it; when the dependency is
-//!   saturated, the queue only turns "fail fast" into "fail slowly, after
-//!   the caller's own deadline". Failing at once leaves the decision (fall
-//!   back, shed, answer from cache) to the caller while it still has time.
-//!   A short wait smooths bursts when the dependency is merely busy; the
-//!   wait never outlasts the call's deadline.
-//!
-//! The slot count is the lock-free counter of `core.rs`; taking a free slot
-//! takes no lock and allocates nothing. Only callers that have to wait use a
-//! [`tokio::sync::Notify`], which a released slot wakes.
+//! This module owns the bulkhead, its configuration and permits, and the
+//! slot counter in `core.rs` (compiled as it ships by the loom models).
+//! Only callers that have to wait touch the [`tokio::sync::Notify`] that
+//! released slots wake.
 
 use std::fmt;
 use std::sync::Arc;
@@ -49,7 +34,7 @@ const MAX_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
 /// How a [`Bulkhead`] limits calls: `max_concurrent` calls in flight
 /// (default 25, more than 0) and how long a call may wait for a slot,
 /// `max_wait` (default 0: refuse at once). See the
-/// [module documentation](self) for the defaults.
+/// [`Bulkhead`] for the defaults.
 ///
 /// ```
 /// use std::time::Duration;
@@ -168,7 +153,31 @@ impl BulkheadConfig {
 }
 
 /// A limit on the calls in flight to one dependency, shared (in an `Arc`)
-/// by every call to it. See the [module documentation](self).
+/// by every call to it.
+///
+/// When a dependency slows down, calls to it pile up: each holds a task, a
+/// connection, memory, perhaps a database transaction of the caller. Without
+/// a limit one slow dependency exhausts what every other code path of the
+/// service needs. A [`Bulkhead`] caps the calls in flight to one dependency
+/// at `max_concurrent` and refuses the rest with
+/// [`ErrorKind::BulkheadFull`](crate::ErrorKind::BulkheadFull).
+///
+/// Defaults, and why:
+///
+/// * `max_concurrent = 25`: Resilience4j's `Bulkhead` default
+///   (`maxConcurrentCalls`), a common starting point. Size it with Little's
+///   law: the calls in flight are the call rate times the latency, so 25
+///   allows 250 calls per second at 100 ms.
+/// * `max_wait = 0`, reject at once (also Resilience4j's default). A call
+///   waiting for a slot still holds the caller's own resources and adds
+///   queueing delay to every call behind it; when the dependency is
+///   saturated, the queue only turns "fail fast" into "fail slowly, after
+///   the caller's own deadline". Failing at once leaves the decision (fall
+///   back, shed, answer from cache) to the caller while it still has time.
+///   A short wait smooths bursts when the dependency is merely busy; the
+///   wait never outlasts the call's deadline.
+///
+/// Taking a free slot takes no lock and allocates nothing.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), resilient::Error> {

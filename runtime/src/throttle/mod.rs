@@ -7,27 +7,14 @@
 //! parse and refuse it, and when nearly every request is refused that cost
 //! alone can keep it overloaded. So each client remembers, over the last two
 //! minutes, how many requests it attempted (`requests`) and how many the
-//! backend accepted (`accepts`), and rejects a new request itself with
-//! probability
+//! backend accepted (`accepts`), and rejects a new request itself with a
+//! probability that grows as accepts fall behind requests.
 //!
-//! ```text
-//! max(0, (requests - K × accepts) / (requests + 1))
-//! ```
+//! This module owns the throttle and its configuration; its counts live in
+//! the lock-free sliding window of `budget/window.rs`, cut in 12 slots.
 //!
-//! While the backend accepts everything, `requests = accepts` and nothing is
-//! shed. Once it accepts fewer than `1/K` of the requests, the client sends
-//! roughly `K × accepts` and sheds the rest; a shed request still counts in
-//! `requests`, so the pressure to shed persists until the backend accepts
-//! again. The book recommends K = 2: it lets through twice what the backend
-//! is currently accepting, wasting some backend work but letting the client
-//! notice a recovery quickly; a smaller K sheds more aggressively, a larger
-//! one less. We refuse K below 1, which would shed requests the backend is
-//! accepting. The default window is the book's two minutes.
-//!
-//! The counts live in the lock-free sliding window of `budget/window.rs`, cut
-//! in 12 slots (10 s each at the default window); the draws come from the
-//! crate's seedable generator, so tests fix them with
-//! [`seed_jitter`](crate::seed_jitter).
+//! The formula, the argument for K, the window and the sources of the defaults are
+//! documented on [`AdaptiveThrottle`], where users read them.
 
 use std::fmt;
 use std::sync::Arc;
@@ -51,7 +38,7 @@ const ACCEPTS: usize = window::SECOND;
 
 /// How an [`AdaptiveThrottle`] sheds: the multiplier `k` (default 2.0, at
 /// least 1) and the window its counts cover (default 120 s, more than 0
-/// and at most a day). See the [module documentation](self) for both.
+/// and at most a day). See the [`AdaptiveThrottle`] for both.
 ///
 /// ```
 /// use std::time::Duration;
@@ -105,7 +92,7 @@ impl ThrottleConfig {
                 SECTION,
                 name,
                 "k",
-                format_args!("{:?}", self.k),
+                self.k,
                 "must be a finite number of at least 1 (the SRE book uses 2); below 1 the client \
                  would shed calls the backend accepts",
             ));
@@ -172,7 +159,34 @@ impl ThrottleConfig {
 }
 
 /// Client-side adaptive throttling for one dependency, shared (in an
-/// `Arc`) by every call to it. See the [module documentation](self).
+/// `Arc`) by every call to it.
+///
+/// A backend that rejects a request still pays to receive, parse and refuse
+/// it; when nearly every request is refused, that cost alone can keep it
+/// overloaded. The *Site Reliability Engineering* book (Beyer et al.,
+/// O'Reilly 2016), chapter 21 "Handling Overload", section "Client-Side
+/// Throttling", has each client count, over the last two minutes, the
+/// requests it attempted (`requests`) and those the backend accepted
+/// (`accepts`), and reject a new request itself with probability
+///
+/// ```text
+/// max(0, (requests - K × accepts) / (requests + 1))
+/// ```
+///
+/// While the backend accepts everything, `requests = accepts` and nothing is
+/// shed. Once it accepts fewer than `1/K` of the requests, the client sends
+/// roughly `K × accepts` and sheds the rest; a shed request still counts in
+/// `requests`, so the pressure to shed persists until the backend accepts
+/// again. The book recommends K = 2: it lets through twice what the backend
+/// is currently accepting, wasting some backend work but letting the client
+/// notice a recovery quickly; a smaller K sheds more aggressively, a larger
+/// one less. We refuse K below 1, which would shed requests the backend is
+/// accepting. The default window is the book's two minutes.
+///
+/// The window slides in twelfths (10 s steps at the default two minutes):
+/// a count leaves it between 11/12 and 12/12 of `window` after it was made.
+/// Counting takes no lock. The draws come from the crate's seedable
+/// generator, so tests fix them with [`seed_jitter`](crate::seed_jitter).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {

@@ -1,0 +1,133 @@
+//! The expansion of `#[resilient]` is lint-clean: this crate denies all of
+//! rustc's warnings and clippy's default and pedantic groups, so
+//! `cargo clippy --all-targets -- -D warnings` fails if generated code trips
+//! any of them. (The trybuild pass tests run rustc only.)
+#![deny(warnings, clippy::all, clippy::pedantic)]
+
+use std::fmt::Display;
+
+use resilient::{Classification, Classify, IdempotencyKey, resilient};
+
+#[derive(Debug)]
+enum PayError {
+    Declined,
+    Unavailable,
+    Resilience(resilient::Error),
+}
+
+impl From<resilient::Error> for PayError {
+    fn from(e: resilient::Error) -> Self {
+        PayError::Resilience(e)
+    }
+}
+
+impl Classify for PayError {
+    fn classify(&self) -> Classification {
+        match self {
+            PayError::Declined => Classification::Permanent,
+            PayError::Unavailable => Classification::Transient,
+            PayError::Resilience(e) => e.classify(),
+        }
+    }
+}
+
+fn never(_: &PayError) -> Classification {
+    Classification::Permanent
+}
+
+#[resilient]
+async fn bare() -> Result<(), PayError> {
+    Ok(())
+}
+
+#[resilient(deadline_ms = 1000, timeout_ms = 100)]
+async fn once(amount: u64) -> Result<u64, PayError> {
+    if amount == 0 {
+        return Err(PayError::Declined);
+    }
+    Ok(amount)
+}
+
+#[resilient(
+    retries = 3,
+    idempotent,
+    deadline_ms = 2000,
+    timeout_ms = 500,
+    backoff = "exponential",
+    base_ms = 1,
+    cap_ms = 10,
+    classify = never,
+    crate = "::resilient"
+)]
+async fn every_key(amount: u64) -> Result<u64, PayError> {
+    Ok(amount)
+}
+
+#[resilient(retries = 2)]
+async fn keyed(
+    key: &IdempotencyKey,
+    mut tries: u32,
+    (a, b): (u32, u32),
+    label: String,
+) -> Result<String, PayError> {
+    tries += a + b;
+    if tries > 100 {
+        return Err(PayError::Unavailable);
+    }
+    Ok(format!("{key}/{tries}/{label}"))
+}
+
+#[resilient(retries = 1, idempotent)]
+async fn generic<T: Display + Clone>(
+    value: T,
+    shown: impl Display + Clone,
+) -> Result<String, PayError> {
+    Ok(format!("{value}{shown}"))
+}
+
+#[resilient(retries = 1, idempotent)]
+async fn io(path: &str) -> std::io::Result<usize> {
+    Ok(path.len())
+}
+
+struct Service {
+    name: String,
+}
+
+impl Service {
+    #[resilient(retries = 1, idempotent, timeout_ms = 100)]
+    async fn name(&self, suffix: &str) -> Result<String, PayError> {
+        Ok(format!("{}{suffix}", self.name))
+    }
+}
+
+trait Lookup {
+    async fn lookup(&self, id: u32) -> Result<u32, PayError>;
+}
+
+impl Lookup for Service {
+    #[resilient(retries = 1, idempotent)]
+    async fn lookup(&self, id: u32) -> Result<u32, PayError> {
+        Ok(id)
+    }
+}
+
+#[tokio::test]
+async fn annotated_functions_run() {
+    let service = Service {
+        name: "s".to_owned(),
+    };
+    bare().await.unwrap();
+    assert_eq!(once(1).await.unwrap(), 1);
+    assert!(matches!(once(0).await, Err(PayError::Declined)));
+    assert_eq!(every_key(2).await.unwrap(), 2);
+    let key = IdempotencyKey::from_stable_id("k").unwrap();
+    assert_eq!(
+        keyed(&key, 0, (1, 2), "l".to_owned()).await.unwrap(),
+        "k/3/l"
+    );
+    assert_eq!(generic(1, 'x').await.unwrap(), "1x");
+    assert_eq!(io("ab").await.unwrap(), 2);
+    assert_eq!(service.name("!").await.unwrap(), "s!");
+    assert_eq!(service.lookup(3).await.unwrap(), 3);
+}
