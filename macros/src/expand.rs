@@ -216,7 +216,7 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
         }
     } else {
         quote_spanned! {ret_span=>
-            #krate_at_ret::__private::once::<#ret_hint, _, _>(&#policy_ident, #classifier, #krate_at_ret::__private::refusal_into::<#ret_hint>(), async move #body)
+            #krate_at_ret::__private::once::<#ret_hint, _, _, _>(&#policy_ident, #classifier, #krate_at_ret::__private::refusal_into::<#ret_hint>(), move || async move #body)
         }
     };
 

@@ -88,17 +88,18 @@ impl Deps {
         })
     }
 
+    /// `now` is `Some` whenever [`needs_clock`](Deps::needs_clock) is true.
     pub(crate) async fn admit(
         &self,
-        now: Instant,
+        now: Option<Instant>,
         deadline: Option<Instant>,
     ) -> Result<Admission<'_>, Error> {
         let breaker = match &self.breaker {
-            Some(b) => Some(b.try_acquire_at(now)?),
+            Some(b) => Some(b.try_acquire_at(now.unwrap_or_else(Instant::now))?),
             None => None,
         };
         if let Some(t) = &self.throttle {
-            if !t.admit(now) {
+            if !t.admit(now.unwrap_or_else(Instant::now)) {
                 return Err(Error::load_shed(Arc::from(t.name())));
             }
         }
@@ -113,14 +114,15 @@ impl Deps {
         })
     }
 
-    /// Does finishing an attempt need the time it ended?
-    pub(crate) fn needs_end_time(&self) -> bool {
+    /// Do these parts need the time an attempt starts and ends? (Breakers
+    /// time calls; budgets and throttles count in time windows.)
+    pub(crate) fn needs_clock(&self) -> bool {
         self.breaker.is_some() || self.throttle.is_some() || self.budget.is_some()
     }
 
-    pub(crate) fn on_request(&self, now: Instant) {
+    pub(crate) fn on_request(&self) {
         if let Some(b) = &self.budget {
-            b.on_request(now);
+            b.on_request(Instant::now());
         }
     }
 
@@ -130,7 +132,11 @@ impl Deps {
 }
 
 impl Admission<'_> {
-    pub(crate) fn finish(self, outcome: Outcome, end: Instant) {
+    /// `end` is `Some` whenever the parts need the clock.
+    pub(crate) fn finish(self, outcome: Outcome, end: Option<Instant>) {
+        let Some(end) = end else {
+            return;
+        };
         if let Some(permit) = self.breaker {
             permit.record_at(outcome, end);
         }

@@ -11,11 +11,9 @@ use tokio::time::Instant;
 
 use crate::__private::ReturnsResult;
 use crate::backoff::{Backoff, DEFAULT_BASE, DEFAULT_CAP};
-use crate::context::{
-    current_deadline, earliest, give_ups, in_retry_scope, mark_gave_up, scope_deadline,
-    scope_retries,
-};
+use crate::context::{current_deadline, earliest, give_ups, mark_gave_up};
 use crate::deps::{Deps, Names};
+use crate::future::{Bounded, Elapsed, IntoResult, MaybeScoped};
 use crate::outcome::Outcome;
 use crate::registry::Registry;
 use crate::{Classification, Error};
@@ -151,6 +149,8 @@ struct Call<C> {
     classify: C,
     deps: DepsRef,
     deadline: Option<Instant>,
+    /// Does an attempt need to know when it started and ended?
+    clocked: bool,
 }
 
 impl<C> Call<C> {
@@ -158,46 +158,55 @@ impl<C> Call<C> {
     /// a call whose deadline has already passed, so it does no work.
     fn begin(policy: &'static Policy, classify: C) -> Result<Self, Error> {
         let inherited = current_deadline();
-        let deadline = match policy.deadline {
-            Some(d) => earliest(inherited, Instant::now().checked_add(d)),
-            None => inherited,
+        // The clock is read only when something needs the time: a deadline
+        // or timeout, or a part that keeps time-based statistics.
+        let start = (inherited.is_some() || policy.deadline.is_some()).then(Instant::now);
+        let deadline = match (policy.deadline, start) {
+            (Some(d), Some(start)) => earliest(inherited, start.checked_add(d)),
+            _ => inherited,
         };
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Err(Error::deadline_exceeded());
+        if let (Some(deadline), Some(start)) = (deadline, start) {
+            if start >= deadline {
+                return Err(Error::deadline_exceeded());
+            }
         }
+        let deps = policy.deps()?;
+        let clocked = deadline.is_some() || policy.timeout.is_some() || deps.needs_clock();
         Ok(Call {
             policy,
             classify,
-            deps: policy.deps()?,
+            deps,
             deadline,
+            clocked,
         })
     }
 
     /// Runs one attempt under the breaker, throttle and bulkhead, with its
     /// timeout, and records its outcome.
-    async fn attempt<T, E, Fut>(&self, fut: Fut) -> Result<T, Failure<E>>
+    ///
+    /// Takes a function that makes the body's future rather than the future
+    /// itself: a future passed by value into an `async fn` is stored twice
+    /// in its state, and nested layers would multiply that.
+    async fn attempt<T, E, Fut>(&self, make: impl FnOnce() -> Fut) -> Result<T, Failure<E>>
     where
         Fut: Future<Output = Result<T, E>>,
         C: Fn(&E) -> Classification,
     {
-        let now = Instant::now();
+        let now = self.clocked.then(Instant::now);
         let admission = self
             .deps
             .admit(now, self.deadline)
             .await
             .map_err(Failure::Refused)?;
-        let timeout_at = self.policy.timeout.and_then(|t| now.checked_add(t));
+        let timeout_at = now.and_then(|now| now.checked_add(self.policy.timeout?));
         let attempt_deadline = earliest(self.deadline, timeout_at);
-        let result = match attempt_deadline {
-            None => Ok(fut.await),
-            // Nested annotated calls inherit the attempt's deadline, so
-            // none of them plans a retry the attempt cannot wait for.
-            Some(d) => tokio::time::timeout_at(d, scope_deadline(Some(d), fut)).await,
-        };
+        // Nested annotated calls inherit the attempt's deadline, so none
+        // of them plans a retry the attempt cannot wait for.
+        let result = Bounded::new(attempt_deadline, make()).await;
         // The end time feeds breakers (slow calls) and windows; without
         // them, save the clock read.
-        let end = if self.deps.needs_end_time() {
-            Instant::now()
+        let end = if self.deps.needs_clock() {
+            Some(Instant::now())
         } else {
             now
         };
@@ -211,7 +220,7 @@ impl<C> Call<C> {
                 admission.finish(Outcome::of_failure(class), end);
                 Err(Failure::Failed(error, class))
             }
-            Err(_elapsed) => {
+            Err(Elapsed) => {
                 admission.finish(Outcome::Failure { retry_after: None }, end);
                 if attempt_deadline == self.deadline {
                     Err(Failure::Deadline)
@@ -229,27 +238,29 @@ impl<C> Call<C> {
 /// Generic over the return type `R` rather than `Result<T, E>`, with the
 /// same bounds the expansion checks at the user's return type, so a
 /// function returning something else gets exactly one error, there.
-pub async fn once<R, C, Fut>(
+pub async fn once<R, C, M, Fut>(
     policy: &'static Policy,
     classify: C,
     refuse: fn(Error) -> R::Error,
-    fut: Fut,
+    make: M,
 ) -> R
 where
+    M: FnOnce() -> Fut,
     Fut: Future<Output = R>,
     R: ReturnsResult,
     C: Fn(&R::Error) -> Classification,
 {
-    R::from_result(once_inner(policy, classify, refuse, async { fut.await.into_result() }).await)
+    R::from_result(once_inner(policy, classify, refuse, move || IntoResult::new(make())).await)
 }
 
-async fn once_inner<T, E, C, Fut>(
+async fn once_inner<T, E, C, M, Fut>(
     policy: &'static Policy,
     classify: C,
     refuse: fn(Error) -> E,
-    fut: Fut,
+    make: M,
 ) -> Result<T, E>
 where
+    M: FnOnce() -> Fut,
     Fut: Future<Output = Result<T, E>>,
     C: Fn(&E) -> Classification,
 {
@@ -257,8 +268,8 @@ where
         Ok(call) => call,
         Err(refusal) => return Err(give_up(refuse(refusal))),
     };
-    call.deps.on_request(Instant::now());
-    match call.attempt(fut).await {
+    call.deps.on_request();
+    match call.attempt(make).await {
         Ok(value) => Ok(value),
         // Not retried here, so an enclosing layer may still retry it.
         Err(Failure::Failed(error, _)) => Err(error),
@@ -283,21 +294,14 @@ where
     R: ReturnsResult,
     C: Fn(&R::Error) -> Classification,
 {
-    let attempt = move || {
-        let fut = attempt();
-        async { fut.await.into_result() }
-    };
+    let attempt = move || IntoResult::new(attempt());
     let call = match Call::begin(policy, classify) {
         Ok(call) => call,
         Err(refusal) => return R::from_result(Err(give_up(refuse(refusal)))),
     };
     // The outermost retrying layer of the task opens the scope in which
     // nested layers report giving up.
-    R::from_result(if in_retry_scope() {
-        retry_loop(call, refuse, attempt).await
-    } else {
-        scope_retries(retry_loop(call, refuse, attempt)).await
-    })
+    R::from_result(MaybeScoped::new(retry_loop(call, refuse, attempt)).await)
 }
 
 async fn retry_loop<T, E, C, F, Fut>(
@@ -312,11 +316,11 @@ where
 {
     let policy = call.policy;
     let mut delays = policy.backoff.delays();
-    call.deps.on_request(Instant::now());
+    call.deps.on_request();
     let mut retry: u32 = 0;
     loop {
         let nested_give_ups = give_ups();
-        let (error, class) = match call.attempt(attempt()).await {
+        let (error, class) = match call.attempt(&mut attempt).await {
             Ok(value) => return Ok(value),
             Err(Failure::Failed(error, class)) => (error, class),
             Err(Failure::TimedOut(after)) => (

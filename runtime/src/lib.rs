@@ -9,6 +9,7 @@ mod context;
 mod deps;
 mod engine;
 mod error;
+mod future;
 mod grpc_timeout;
 mod key;
 mod outcome;

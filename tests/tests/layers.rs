@@ -148,3 +148,82 @@ async fn a_spawned_task_inherits_the_deadline_through_propagate() {
     .unwrap();
     assert_eq!(plain, None, "tokio::spawn alone does not carry task-locals");
 }
+
+// The same four layers, with the innermost naming its dependency, whose
+// retry budget (10 % of requests, no floor here) then caps retries across
+// all requests.
+#[resilient(retries = 3, idempotent, base_ms = 1, cap_ms = 10, breaker = "dep")]
+async fn budgeted1(dep: &Dep) -> Result<(), E> {
+    dep.call().await
+}
+#[resilient(retries = 3, idempotent, base_ms = 1, cap_ms = 10)]
+async fn budgeted2(dep: &Dep) -> Result<(), E> {
+    budgeted1(dep).await
+}
+#[resilient(retries = 3, idempotent, base_ms = 1, cap_ms = 10)]
+async fn budgeted3(dep: &Dep) -> Result<(), E> {
+    budgeted2(dep).await
+}
+#[resilient(retries = 3, idempotent, base_ms = 1, cap_ms = 10)]
+async fn budgeted4(dep: &Dep) -> Result<(), E> {
+    budgeted3(dep).await
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_the_budget_four_layers_average_at_most_1_1_attempts_per_request() {
+    let registry = resilient::Registry::builder()
+        .breaker(
+            "dep",
+            resilient::BreakerConfig::default().initial_state(resilient::State::Disabled),
+        )
+        .budget(
+            "dep",
+            resilient::BudgetConfig::ratio(0.1)
+                .window(std::time::Duration::from_secs(10))
+                .min_retries_per_second(0),
+        )
+        .build()
+        .unwrap();
+    registry
+        .scope(async {
+            let dep = Dep {
+                fail: true,
+                ..Dep::default()
+            };
+            let warm_up = 200;
+            let requests = 2000;
+            let mut after_warm_up = 0;
+            for n in 0..requests {
+                if n == warm_up {
+                    after_warm_up = dep.attempts.load(Ordering::SeqCst);
+                }
+                assert!(budgeted4(&dep).await.is_err());
+                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            }
+            let measured = dep.attempts.load(Ordering::SeqCst) - after_warm_up;
+            let per_request = f64::from(measured) / f64::from(requests - warm_up);
+            assert!(
+                per_request <= 1.1,
+                "{per_request} attempts per user request"
+            );
+            assert!(
+                per_request > 1.0,
+                "some retries still go through: {per_request}"
+            );
+        })
+        .await;
+}
+
+/// Regression: each layer used to store its inner future several times,
+/// so nested annotated calls grew exponentially (87 KB at four layers) and
+/// overflowed the stack in debug builds. Each layer now adds a constant.
+#[test]
+fn nested_layers_grow_futures_linearly() {
+    let dep = Dep::default();
+    let one = std::mem::size_of_val(&layer1(&dep));
+    let two = std::mem::size_of_val(&layer2(&dep));
+    let four = std::mem::size_of_val(&layer4(&dep));
+    let per_layer = two - one;
+    assert_eq!(four, two + 2 * per_layer, "sizes {one}, {two}, {four}");
+    assert!(four < 4 * one, "sizes {one}, {two}, {four}");
+}

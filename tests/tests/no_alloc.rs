@@ -1,0 +1,79 @@
+//! The success path allocates nothing: after the first call (which finds
+//! and caches the call site's breaker, budget and bulkhead), a call through
+//! retries, a deadline, a timeout, a breaker, its budget and a bulkhead
+//! makes no heap allocation. Its own test binary, with a counting global
+//! allocator, and a single test so nothing else allocates meanwhile.
+
+use std::alloc::System;
+use std::future::Future;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+
+use resilient::{Registry, resilient};
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+#[resilient(
+    retries = 3,
+    idempotent,
+    deadline_ms = 5000,
+    timeout_ms = 1000,
+    breaker = "no-alloc",
+    bulkhead = "no-alloc"
+)]
+async fn everything(x: u64) -> Result<u64, std::io::Error> {
+    Ok(x + 1)
+}
+
+#[resilient(retries = 2, idempotent)]
+async fn retries_only(x: u64) -> Result<u64, std::io::Error> {
+    Ok(x + 1)
+}
+
+fn poll_once<F: Future<Output = Result<u64, std::io::Error>>>(fut: F) -> u64 {
+    let mut cx = Context::from_waker(Waker::noop());
+    match pin!(fut).poll(&mut cx) {
+        Poll::Ready(Ok(v)) => v,
+        _ => panic!("the body completes on its first poll"),
+    }
+}
+
+#[test]
+fn the_success_path_makes_no_heap_allocation() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let _guard = rt.enter();
+    let scoped = Registry::builder().build().unwrap();
+
+    // Warm up: the global registry, the call sites' caches, the scoped
+    // registry's lazily created parts, tokio's thread-locals.
+    for i in 0..10 {
+        poll_once(everything(i));
+        poll_once(retries_only(i));
+        poll_once(scoped.scope(everything(i)));
+    }
+
+    // The counter does count: one allocation is seen.
+    let probe = Region::new(GLOBAL);
+    drop(std::hint::black_box(vec![1u8]));
+    assert_eq!(probe.change().allocations, 1);
+
+    let region = Region::new(GLOBAL);
+    let mut sum = 0;
+    for i in 0..1000 {
+        sum += poll_once(everything(i));
+        sum += poll_once(retries_only(i));
+        sum += poll_once(scoped.scope(everything(i)));
+    }
+    let change = region.change();
+    assert_eq!(sum, 3 * (1000 * 999 / 2 + 1000));
+    assert_eq!(
+        change.allocations, 0,
+        "allocations on the success path: {change:?}"
+    );
+    assert_eq!(change.reallocations, 0, "{change:?}");
+}
