@@ -7,9 +7,10 @@ use syn::{FnArg, ReturnType, Type};
 use crate::attr::{Args, Errors};
 use crate::func::Func;
 
-/// Past a handful, more retries only prolong an outage (and multiply load on
-/// a dependency that is already failing); Google's SRE book and gRPC's retry
-/// design both cap attempts at single digits.
+/// Past a handful, more retries only prolong an outage and multiply the load
+/// on a dependency that is already failing. gRPC's retry design (gRFC A6)
+/// caps `maxAttempts` at 5 by default; 10 leaves room, and anything above
+/// it is almost certainly a mistake.
 pub(crate) const MAX_RETRIES: u32 = 10;
 
 /// What validation learned about the function, for the expansion.

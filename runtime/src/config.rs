@@ -80,6 +80,7 @@ impl ConfigError {
         }
     }
 
+    #[cfg(feature = "toml")]
     pub(crate) fn one(problem: Problem) -> Self {
         Self {
             problems: vec![problem],

@@ -100,11 +100,26 @@ impl Deps {
         };
         if let Some(t) = &self.throttle {
             if !t.admit(now.unwrap_or_else(Instant::now)) {
+                #[cfg(feature = "tracing")]
+                tracing::debug!(
+                    dependency = t.name(),
+                    "resilient: call shed by adaptive throttling"
+                );
                 return Err(Error::load_shed(Arc::from(t.name())));
             }
         }
         let bulkhead = match &self.bulkhead {
-            Some(b) => Some(b.acquire(deadline).await?),
+            Some(b) => match b.acquire(deadline).await {
+                Ok(permit) => Some(permit),
+                Err(full) => {
+                    #[cfg(feature = "tracing")]
+                    tracing::debug!(
+                        bulkhead = b.name(),
+                        "resilient: bulkhead full, call refused"
+                    );
+                    return Err(full);
+                }
+            },
             None => None,
         };
         Ok(Admission {

@@ -160,8 +160,8 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {}
 
 /// Lets functions returning `io::Result` be annotated as they are. Timeouts
-/// and passed deadlines become [`io::ErrorKind::TimedOut`], other refusals
-/// [`io::ErrorKind::Other`]; the original is kept as the inner error, and
+/// and passed deadlines become [`std::io::ErrorKind::TimedOut`], other refusals
+/// [`std::io::ErrorKind::Other`]; the original is kept as the inner error, and
 /// [`Classify`](crate::Classify) for `io::Error` recognises it as a refusal
 /// (never retried).
 impl From<Error> for std::io::Error {

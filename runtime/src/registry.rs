@@ -1,29 +1,5 @@
-//! The registry: every named breaker, retry budget, adaptive throttle and
-//! bulkhead of a program, configured once at start-up.
-//!
-//! One breaker per downstream dependency, not per function: every function
-//! annotated `breaker = "payments"` shares the breaker named `payments`, and
-//! (unless it names another with `budget = "…"`) the retry budget of the
-//! same name; an adaptive throttle configured under that name applies to it
-//! too. Bulkheads are named separately with `bulkhead = "…"`.
-//!
-//! # Where the registry comes from
-//!
-//! An annotated call uses, in order: the registry [`scope`](Registry::scope)d
-//! around the current task, else the global one. The global registry is
-//! the one [`install`](Registry::install)ed at start-up, or, if none was,
-//! a default one (default configuration for every name) created at the first
-//! call. Installing after that first call is refused: configuration would
-//! otherwise depend on which call happened to come first.
-//!
-//! # Test isolation
-//!
-//! Tests run in parallel in one process, and annotated functions name their
-//! breakers at compile time, so tests must not share the global registry.
-//! Each test builds its own [`Registry`] and runs its body inside
-//! [`Registry::scope`]: every annotated call in that task (and in tasks
-//! spawned through [`propagate`](crate::propagate)) then uses the test's
-//! own breakers, whatever other tests are doing.
+//! See the docs of `Registry`, which carry this module's documentation
+//! (the module is private; its items are re-exported at the crate root).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -65,6 +41,8 @@ static GLOBAL: OnceLock<Registry> = OnceLock::new();
 /// assert!(registry.breaker("payments").is_some());
 /// ```
 #[derive(Clone)]
+#[doc = include_str!("docs/registry.md")]
+///
 pub struct Registry {
     inner: Arc<Inner>,
 }

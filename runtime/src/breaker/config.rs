@@ -32,6 +32,7 @@ impl SlidingWindow {
         }
     }
 
+    #[cfg(feature = "serde")]
     fn with_size(self, size: u32) -> Self {
         match self {
             SlidingWindow::CountBased { .. } => SlidingWindow::CountBased { size },
@@ -90,6 +91,7 @@ impl Default for BreakerConfig {
     }
 }
 
+#[cfg(feature = "serde")]
 const KEYS: &[&str] = &[
     "failure_rate_threshold",
     "slow_call_rate_threshold",
@@ -102,6 +104,7 @@ const KEYS: &[&str] = &[
     "honor_retry_after",
     "initial_state",
 ];
+#[cfg(feature = "serde")]
 const WINDOW_TYPES: &[&str] = &["count_based", "time_based"];
 const INITIAL_STATES: &[&str] = &["closed", "disabled", "forced_open", "metrics_only"];
 
@@ -257,6 +260,7 @@ impl BreakerConfig {
         problems
     }
 
+    #[cfg(feature = "serde")]
     /// Sets `key` from a value read from a file; `Err` holds the value as
     /// written and the reason it was refused. Range checks are left to
     /// [`BreakerConfig::validate`], so that files and the builder share them.
@@ -411,6 +415,7 @@ impl BreakerConfig {
 }
 
 /// A setting's value as written in a file, before it is checked against its key.
+#[cfg(feature = "serde")]
 #[derive(Debug, Clone, PartialEq)]
 enum RawValue {
     Int(i64),
@@ -420,6 +425,7 @@ enum RawValue {
     Other { kind: &'static str, shown: String },
 }
 
+#[cfg(feature = "serde")]
 impl RawValue {
     fn kind(&self) -> &'static str {
         match self {
@@ -432,6 +438,7 @@ impl RawValue {
     }
 }
 
+#[cfg(feature = "serde")]
 impl fmt::Display for RawValue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

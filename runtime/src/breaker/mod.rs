@@ -1,117 +1,5 @@
-//! Circuit breakers: stop calling a dependency that keeps failing, give it
-//! time to recover, then let a few probe calls decide whether it has.
-//!
-//! A [`Breaker`] owns one dependency's state machine. Every call asks it for
-//! a [`BreakerPermit`] first ([`Breaker::try_acquire`]) and reports its
-//! outcome through the permit ([`BreakerPermit::record`]).
-//!
-//! # States
-//!
-//! - **Closed**: calls run; their outcomes go into a sliding window. Once the
-//!   window holds at least `minimum_number_of_calls` outcomes, the breaker
-//!   opens when the failure rate reaches `failure_rate_threshold`, or the
-//!   slow-call rate reaches `slow_call_rate_threshold`. A call slower than
-//!   `slow_call_duration_threshold` is slow whether it succeeded or failed.
-//!   The rates are checked after every outcome, successes included.
-//! - **Open**: calls are refused at once with [`ErrorKind::BreakerOpen`]
-//!   (its [`Error::retry_in`] says when probes will be let through). After
-//!   `wait_duration_in_open_state`, the next acquire moves it to half-open.
-//! - **Half-open**: `permitted_number_of_calls_in_half_open_state` probe
-//!   calls run, the rest are refused. When that many probe outcomes are in,
-//!   the same two thresholds decide: closed with an empty window, or open again.
-//! - **Disabled**: every call runs and nothing is recorded.
-//! - **Forced open**: every call is refused, with no `retry_in`.
-//! - **Metrics only**: every call runs and is recorded, but the breaker never opens.
-//!
-//! The last three are reached only by hand ([`Breaker::transition_to`]) or by
-//! `initial_state`, and left only by hand.
-//!
-//! # The sliding window
-//!
-//! [`SlidingWindow::CountBased`] keeps the last `size` outcomes;
-//! [`SlidingWindow::TimeBased`] keeps the outcomes of the last `seconds`
-//! seconds, in one bucket per second, so an outcome leaves the window between
-//! `seconds - 1` and `seconds` seconds after it was recorded.
-//! An outcome the function's error classifies as permanent
-//! ([`Classification::Permanent`]: the caller's own mistake) counts as neither
-//! a success nor a failure: it says nothing about the dependency's health.
-//!
-//! # Defaults
-//!
-//! The defaults are those of Resilience4j's `CircuitBreakerConfig`, as
-//! listed in its documentation (<https://resilience4j.readme.io/docs/circuitbreaker>):
-//!
-//! | key | default |
-//! |---|---|
-//! | `failure_rate_threshold` | 50 % |
-//! | `slow_call_rate_threshold` | 100 % |
-//! | `slow_call_duration_threshold_ms` | 60 000 (60 s) |
-//! | `permitted_number_of_calls_in_half_open_state` | 10 |
-//! | `sliding_window_type` | `count_based` |
-//! | `sliding_window_size` | 100 |
-//! | `minimum_number_of_calls` | 100 |
-//! | `wait_duration_in_open_state_ms` | 60 000 (60 s) |
-//! | `honor_retry_after` | `true` (ours; Resilience4j has no such setting) |
-//! | `initial_state` | `closed` (ours) |
-//!
-//! # Differences from Resilience4j
-//!
-//! - **`Retry-After` is obeyed by everyone.** A failure classified
-//!   [`Classification::Throttled`] with a `retry_after` opens the breaker (from
-//!   closed or half-open) until at least that moment, and an open breaker's
-//!   open-until is pushed back to it if it is later. The server told us to stay
-//!   away; every caller sharing the breaker should, not just the one that
-//!   asked. It is obeyed even when the call was admitted under an earlier
-//!   state, since it speaks about the server now. Turn it off with
-//!   `honor_retry_after = false`. A `Retry-After` of zero is no instruction
-//!   and is ignored. After the wait, probes decide as usual.
-//! - **Impossible settings are refused, not adjusted.** Resilience4j quietly
-//!   caps `minimum_number_of_calls` at a count-based window's size; we refuse
-//!   the configuration, since a window of 10 calls can never hold 100 and the
-//!   author meant something else. Window sizes (at most 1 000 000 calls or
-//!   86 400 seconds) and half-open permits (at most 1 048 575) are bounded.
-//! - **Outcomes of a previous state are dropped.** Every transition bumps a
-//!   generation number that each permit carries. An outcome recorded after
-//!   the breaker changed state (the call started in closed and ended after
-//!   the breaker opened, say) is not evidence about the new state and is not
-//!   counted. A call finishing at the very instant of a transition may still
-//!   land on either side of it.
-//! - **A cancelled call is not an outcome.** Dropping a permit without
-//!   recording (the future was dropped, a deadline passed before the call
-//!   started) records nothing and hands a half-open permit back.
-//! - **Automatic transition from open to half-open** happens on the first
-//!   acquire after the wait (as in Resilience4j without
-//!   `automaticTransitionFromOpenToHalfOpenEnabled`); no timer thread runs.
-//! - **Metrics-only breakers** do not emit rate-exceeded events.
-//! - **Per-second buckets count at most 16 383 calls per second**; further
-//!   outcomes in that second are left out of a time-based window, whose rates
-//!   are then those of the first 16 383 calls of the second.
-//! - There is no `record_exceptions` / `ignore_exceptions` list: the error
-//!   type's [`Classify`](crate::Classify) implementation decides.
-//!
-//! # Never retry through an open breaker
-//!
-//! A breaker opens to give a failing dependency room to recover. A retry
-//! loop that treated [`ErrorKind::BreakerOpen`] as transient would spin on
-//! the refusal, burning its attempts in microseconds, or, with backoff,
-//! queue up callers that all rush the dependency the moment it half-opens.
-//! That is why [`Error`] always classifies as permanent: the refusal is
-//! returned to the caller at once, and the retry loop takes the breaker's
-//! permit once per attempt, so each retry is itself a call the breaker may
-//! refuse.
-//!
-//! # Concurrency
-//!
-//! The state machine is lock-free: a closed breaker admits a call with one
-//! atomic load, and records an outcome with a few atomic operations, no lock
-//! and no allocation (a success replacing a success in a count-based window
-//! does not even touch the totals). The core (`core.rs`) is model-checked with `loom`.
-//!
-//! [`ErrorKind::BreakerOpen`]: crate::ErrorKind::BreakerOpen
-//! [`Error`]: crate::Error
-//! [`Error::retry_in`]: crate::Error::retry_in
-//! [`Classification::Permanent`]: crate::Classification::Permanent
-//! [`Classification::Throttled`]: crate::Classification::Throttled
+//! See the docs of `Breaker`, which carry this module's documentation
+//! (the module is private; its items are re-exported at the crate root).
 
 mod config;
 mod core;
@@ -201,6 +89,8 @@ impl fmt::Display for State {
 /// permit.record(Some(Classification::Transient));
 /// assert_eq!(breaker.state(), State::Closed);
 /// ```
+#[doc = include_str!("../docs/breaker.md")]
+///
 pub struct Breaker {
     name: Arc<str>,
     config: BreakerConfig,

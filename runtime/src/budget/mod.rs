@@ -72,6 +72,7 @@ pub enum BudgetKind {
 }
 
 impl BudgetKind {
+    #[cfg(feature = "serde")]
     const NAMES: &'static [&'static str] = &["ratio", "token_bucket"];
 
     fn as_str(self) -> &'static str {
