@@ -129,15 +129,21 @@ impl Deps {
         })
     }
 
+    /// Can admission wait (for a bulkhead slot), so that the time the body
+    /// starts is later than the time admission began?
+    pub(crate) fn admission_may_wait(&self) -> bool {
+        self.bulkhead.as_ref().is_some_and(|b| b.may_wait())
+    }
+
     /// Do these parts need the time an attempt starts and ends? (Breakers
     /// time calls; budgets and throttles count in time windows.)
     pub(crate) fn needs_clock(&self) -> bool {
         self.breaker.is_some() || self.throttle.is_some() || self.budget.is_some()
     }
 
-    pub(crate) fn on_request(&self) {
+    pub(crate) fn on_request(&self, now: Option<Instant>) {
         if let Some(b) = &self.budget {
-            b.on_request(Instant::now());
+            b.on_request(now.unwrap_or_else(Instant::now));
         }
     }
 

@@ -151,6 +151,8 @@ struct Call<C> {
     deadline: Option<Instant>,
     /// Does an attempt need to know when it started and ended?
     clocked: bool,
+    /// When the call began, if the clock was read.
+    start: Option<Instant>,
 }
 
 impl<C> Call<C> {
@@ -158,9 +160,15 @@ impl<C> Call<C> {
     /// a call whose deadline has already passed, so it does no work.
     fn begin(policy: &'static Policy, classify: C) -> Result<Self, Error> {
         let inherited = current_deadline();
+        let deps = policy.deps()?;
         // The clock is read only when something needs the time: a deadline
-        // or timeout, or a part that keeps time-based statistics.
-        let start = (inherited.is_some() || policy.deadline.is_some()).then(Instant::now);
+        // or timeout, or a part that keeps time-based statistics. This one
+        // read also serves as the first attempt's start.
+        let clocked = inherited.is_some()
+            || policy.deadline.is_some()
+            || policy.timeout.is_some()
+            || deps.needs_clock();
+        let start = clocked.then(Instant::now);
         let deadline = match (policy.deadline, start) {
             (Some(d), Some(start)) => earliest(inherited, start.checked_add(d)),
             _ => inherited,
@@ -170,14 +178,13 @@ impl<C> Call<C> {
                 return Err(Error::deadline_exceeded());
             }
         }
-        let deps = policy.deps()?;
-        let clocked = deadline.is_some() || policy.timeout.is_some() || deps.needs_clock();
         Ok(Call {
             policy,
             classify,
             deps,
             deadline,
             clocked,
+            start,
         })
     }
 
@@ -187,18 +194,31 @@ impl<C> Call<C> {
     /// Takes a function that makes the body's future rather than the future
     /// itself: a future passed by value into an `async fn` is stored twice
     /// in its state, and nested layers would multiply that.
-    async fn attempt<T, E, Fut>(&self, make: impl FnOnce() -> Fut) -> Result<T, Failure<E>>
+    /// `started`: the attempt's start, when already read (the first one's
+    /// is the call's).
+    async fn attempt<T, E, Fut>(
+        &self,
+        started: Option<Instant>,
+        make: impl FnOnce() -> Fut,
+    ) -> Result<T, Failure<E>>
     where
         Fut: Future<Output = Result<T, E>>,
         C: Fn(&E) -> Classification,
     {
-        let now = self.clocked.then(Instant::now);
+        let now = started.or_else(|| self.clocked.then(Instant::now));
         let admission = self
             .deps
             .admit(now, self.deadline)
             .await
             .map_err(Failure::Refused)?;
-        let timeout_at = now.and_then(|now| now.checked_add(self.policy.timeout?));
+        // The attempt's timeout runs from when its body starts, after any
+        // wait for a bulkhead slot.
+        let body_start = if self.deps.admission_may_wait() {
+            now.map(|_| Instant::now())
+        } else {
+            now
+        };
+        let timeout_at = body_start.and_then(|start| start.checked_add(self.policy.timeout?));
         let attempt_deadline = earliest(self.deadline, timeout_at);
         // Nested annotated calls inherit the attempt's deadline, so none
         // of them plans a retry the attempt cannot wait for.
@@ -268,8 +288,8 @@ where
         Ok(call) => call,
         Err(refusal) => return Err(give_up(refuse(refusal))),
     };
-    call.deps.on_request();
-    match call.attempt(make).await {
+    call.deps.on_request(call.start);
+    match call.attempt(call.start, make).await {
         Ok(value) => Ok(value),
         // Not retried here, so an enclosing layer may still retry it.
         Err(Failure::Failed(error, _)) => Err(error),
@@ -316,11 +336,12 @@ where
 {
     let policy = call.policy;
     let mut delays = policy.backoff.delays();
-    call.deps.on_request();
+    call.deps.on_request(call.start);
+    let mut started = call.start;
     let mut retry: u32 = 0;
     loop {
         let nested_give_ups = give_ups();
-        let (error, class) = match call.attempt(&mut attempt).await {
+        let (error, class) = match call.attempt(started.take(), &mut attempt).await {
             Ok(value) => return Ok(value),
             Err(Failure::Failed(error, class)) => (error, class),
             Err(Failure::TimedOut(after)) => (

@@ -296,6 +296,11 @@ impl Bulkhead {
         }
     }
 
+    /// Can [`acquire`](Bulkhead::acquire) wait (is `max_wait` above zero)?
+    pub(crate) fn may_wait(&self) -> bool {
+        !self.max_wait.is_zero()
+    }
+
     /// Calls in flight now: slots taken by live permits.
     pub fn in_flight(&self) -> usize {
         self.slots.in_flight()
