@@ -367,3 +367,40 @@ async fn a_refusal_is_answered_by_the_fallback_too() {
     })
     .await;
 }
+
+#[resilient(bulkhead = "db", timeout_ms = 500)]
+async fn query_with_timeout(dep: &Dep) -> Result<u32, E> {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    dep.call().await
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_attempt_timeout_starts_after_the_wait_for_a_slot() {
+    let reg = Registry::builder()
+        .bulkhead(
+            "db",
+            BulkheadConfig::default()
+                .max_concurrent(1)
+                .max_wait(Duration::from_secs(1)),
+        )
+        .build()
+        .unwrap();
+    reg.scope(async {
+        let gate = Arc::new(Notify::new());
+        let held = Dep::gated(gate.clone());
+        let other = Dep::default();
+        let (first, second) = tokio::join!(query_waiting(&held), async {
+            tokio::task::yield_now().await;
+            let waiting = query_with_timeout(&other);
+            let release = async {
+                tokio::time::sleep(Duration::from_millis(400)).await;
+                gate.notify_one();
+            };
+            tokio::join!(waiting, release).0
+        });
+        first.unwrap();
+        // 400 ms waiting for the slot, then a 300 ms body: within its 500 ms.
+        second.expect("the timeout counts from the body's start, not the wait's");
+    })
+    .await;
+}
