@@ -455,27 +455,7 @@ impl RegistryBuilder {
 
 #[cfg(feature = "toml")]
 mod file {
-    //! The configuration file:
-    //!
-    //! ```toml
-    //! [registry]
-    //! unknown_names = "default"    # or "error"
-    //!
-    //! [defaults.breaker]           # for names not configured below
-    //! failure_rate_threshold = 50
-    //! [defaults.budget]
-    //! [defaults.bulkhead]
-    //!
-    //! [breakers.payments]
-    //! sliding_window_type = "time_based"
-    //! sliding_window_size = 60
-    //! [budgets.payments]
-    //! ratio = 0.1
-    //! [bulkheads.payments]
-    //! max_concurrent = 8
-    //! [throttles.payments]
-    //! k = 2.0
-    //! ```
+    //! Loading a registry from TOML; the format is documented on `Registry`.
 
     use std::path::Path;
 

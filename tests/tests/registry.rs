@@ -431,3 +431,21 @@ fn text_that_is_not_toml_is_refused() {
         .unwrap_err();
     assert!(err.to_string().contains("registry"), "{err}");
 }
+
+/// The configuration file shown in `Registry`'s documentation is valid.
+#[test]
+fn the_documented_configuration_file_loads() {
+    let docs = include_str!("../../runtime/src/docs/registry.md");
+    let start = docs.find("```toml\n").expect("a toml block") + "```toml\n".len();
+    let end = start + docs[start..].find("```").expect("its end");
+    let registry = Registry::builder()
+        .toml(&docs[start..end])
+        .unwrap()
+        .build()
+        .unwrap();
+    assert!(!registry.is_strict());
+    assert!(registry.breaker("payments").is_some());
+    assert!(registry.budget("payments").is_some());
+    assert!(registry.bulkhead("payments").is_some());
+    assert!(registry.throttle("payments").is_some());
+}
