@@ -30,6 +30,13 @@ fn respan(tokens: &impl ToTokens, span: Span) -> TokenStream {
         .collect()
 }
 
+/// `ident`, reported at `location` but resolved with its own hygiene.
+fn at(ident: &syn::Ident, location: Span) -> syn::Ident {
+    let mut moved = ident.clone();
+    moved.set_span(ident.span().located_at(location));
+    moved
+}
+
 pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream {
     let krate: Path = args
         .krate
@@ -48,6 +55,8 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
     let mut outer_sig = sig.clone();
     let mut checks = Vec::new();
     let mut rebinds = Vec::new();
+    // Pattern arguments, destructured inside each attempt's future.
+    let mut destructures = Vec::new();
     // The arguments as the outer function binds them, to pass to a fallback.
     let mut call_args = Vec::new();
     if checked.reuses_arguments {
@@ -60,6 +69,7 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
                 FnArg::Typed(typed) => typed,
             };
             let ty_span = typed.ty.span();
+            let krate_at_ty = respan(&krate, ty_span);
             // The name the outer function binds this argument to.
             let name = match &mut *typed.pat {
                 Pat::Ident(PatIdent {
@@ -72,10 +82,11 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
                     // `mut` moves to each attempt's own copy, where the body
                     // mutates it; the outer binding is never mutated.
                     let mutability = mutability.take();
-                    let krate_at_ty = respan(&krate, ty_span);
-                    let source = syn::Ident::new(&ident.to_string(), ty_span);
-                    // The copy is made by a call spanned at the argument's
-                    // type, so a non-`Clone` argument is reported there, once.
+                    // The copy is made by a call located at the argument's
+                    // type, so a non-`Clone` argument is reported there,
+                    // once; the name keeps its own hygiene, so parameters
+                    // named by a `macro_rules!` caller still resolve.
+                    let source = at(ident, ty_span);
                     rebinds.push(quote_spanned! {ty_span=>
                         let #mutability #ident = #krate_at_ty::__private::ReusableArgument::reuse(&#source);
                     });
@@ -93,23 +104,26 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
                             subpat: None,
                         }),
                     );
-                    let krate_at_ty = respan(&krate, ty_span);
-                    rebinds.push(quote_spanned! {ty_span=>
-                        let #original = #krate_at_ty::__private::ReusableArgument::reuse(&#name);
-                    });
+                    // `_` binds nothing: there is nothing to copy.
+                    if !matches!(original, Pat::Wild(_)) {
+                        // Copy in the closure, destructure inside the
+                        // attempt's future, so that `ref` bindings borrow
+                        // from the future's own copy.
+                        let copy =
+                            format_ident!("__resilient_copy_{}", i, span = Span::mixed_site());
+                        rebinds.push(quote_spanned! {ty_span=>
+                            let #copy = #krate_at_ty::__private::ReusableArgument::reuse(&#name);
+                        });
+                        destructures.push(quote! { let #original = #copy; });
+                    }
                     name
                 }
             };
             call_args.push(name.to_token_stream());
             if checked.key_params.contains(&i) {
-                let at_ty = if name.to_string().starts_with("__resilient_arg_") {
-                    name.to_token_stream()
-                } else {
-                    syn::Ident::new(&name.to_string(), ty_span).into_token_stream()
-                };
-                let krate_at_ty = respan(&krate, ty_span);
+                let source = at(&name, ty_span);
                 checks.push(quote_spanned! {ty_span=>
-                    #krate_at_ty::__private::idempotency_key(&#at_ty);
+                    #krate_at_ty::__private::idempotency_key(&#source);
                 });
             }
         }
@@ -180,7 +194,7 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
         let engine = quote_spanned! {ret_span=>
             #krate_at_ret::__private::retry::<#ret_hint, _, _, _>(&#policy_ident, #classifier, #krate_at_ret::__private::refusal_into::<#ret_hint>(), || {
                 #(#rebinds)*
-                async move #body
+                async move { #(#destructures)* #body }
             })
         };
         match &args.fallback {
@@ -201,12 +215,14 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
                 let call_fallback = quote_spanned! {fallback_span=>
                     #krate_at_fallback::__private::fallback::<#ret_hint, _>(#path(#(#call_args,)* #error)).await
                 };
+                let mark = format_ident!("__resilient_mark", span = Span::mixed_site());
                 quote_spanned! {ret_span=>
                     async {
+                        let #mark = #krate::__private::give_up_mark();
                         match #engine.await {
                             ::core::result::Result::Ok(#value) => ::core::result::Result::Ok(#value),
                             ::core::result::Result::Err(#error) => {
-                                #krate::__private::fallback_served(&#policy_ident);
+                                #krate::__private::fallback_served(&#policy_ident, #mark);
                                 #call_fallback
                             }
                         }

@@ -156,16 +156,20 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
                 }
             }
             if let FnArg::Receiver(r) = arg {
-                if r.colon_token.is_none() && r.mutability.is_some() && r.reference.is_some() {
-                    errors.push_spanned(
-                        r,
-                        "`&mut self` cannot be lent to every attempt: an attempt may still hold it when the next begins; take `&self` (with interior mutability), or remove `retries`",
-                    );
-                } else if r.reference.is_none() && !is_reference(&r.ty) {
-                    errors.push_spanned(
+                // `r.ty` is the receiver's full type, for `&mut self` and
+                // `self: &mut Self` alike.
+                match &*r.ty {
+                    Type::Reference(reference) if reference.mutability.is_some() => {
+                        errors.push_spanned(
+                            r,
+                            "`self` borrowed mutably cannot be lent to every attempt: an attempt may still hold it when the next begins; take `&self` (with interior mutability), or remove `retries`",
+                        );
+                    }
+                    Type::Reference(_) => {}
+                    _ => errors.push_spanned(
                         r,
                         "`self` by value cannot be passed to every attempt: the first attempt consumes it; take `&self`, or remove `retries`",
-                    );
+                    ),
                 }
             }
         }
@@ -191,10 +195,6 @@ fn names_idempotency_key(ty: &Type) -> bool {
             .is_some_and(|s| s.ident == "IdempotencyKey"),
         _ => false,
     }
-}
-
-fn is_reference(ty: &Type) -> bool {
-    matches!(ty, Type::Reference(_))
 }
 
 /// A type as a user would write it: `&mut Vec<u8>`, not `& mut Vec < u8 >`.

@@ -165,3 +165,9 @@ pub(crate) fn give_ups() -> u64 {
 pub(crate) fn mark_gave_up() {
     let _ = RETRY_SCOPE.try_with(|s| s.gave_up.set(s.gave_up.get().wrapping_add(1)));
 }
+
+/// Takes back the give-ups reported since `mark` (a value of
+/// [`give_ups`]): a layer whose fallback answered did not, in the end, fail.
+pub(crate) fn restore_give_ups(mark: u64) {
+    let _ = RETRY_SCOPE.try_with(|s| s.gave_up.set(mark));
+}

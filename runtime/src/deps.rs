@@ -88,18 +88,21 @@ impl Deps {
         })
     }
 
-    /// `now` is `Some` whenever [`needs_clock`](Deps::needs_clock) is true.
+    /// Admits one attempt. `now` is `Some` whenever
+    /// [`needs_clock`](Deps::needs_clock) is true. Returns the admission and
+    /// the time the body may start: `now`, or later if it waited for a
+    /// bulkhead slot, a wait that is not counted as the call's time.
     pub(crate) async fn admit(
         &self,
         now: Option<Instant>,
         deadline: Option<Instant>,
-    ) -> Result<Admission<'_>, Error> {
-        let breaker = match &self.breaker {
+    ) -> Result<(Admission<'_>, Option<Instant>), Error> {
+        let mut breaker = match &self.breaker {
             Some(b) => Some(b.try_acquire_at(now.unwrap_or_else(Instant::now))?),
             None => None,
         };
         if let Some(t) = &self.throttle {
-            if !t.admit(now.unwrap_or_else(Instant::now)) {
+            if t.shed(now.unwrap_or_else(Instant::now)) {
                 #[cfg(feature = "tracing")]
                 tracing::debug!(
                     dependency = t.name(),
@@ -108,9 +111,19 @@ impl Deps {
                 return Err(Error::load_shed(Arc::from(t.name())));
             }
         }
+        let mut body_start = now;
         let bulkhead = match &self.bulkhead {
             Some(b) => match b.acquire(deadline).await {
-                Ok(permit) => Some(permit),
+                Ok(permit) => {
+                    if b.may_wait() && now.is_some() {
+                        let after_wait = Instant::now();
+                        if let Some(permit) = &mut breaker {
+                            permit.restart_at(after_wait);
+                        }
+                        body_start = Some(after_wait);
+                    }
+                    Some(permit)
+                }
                 Err(full) => {
                     #[cfg(feature = "tracing")]
                     tracing::debug!(
@@ -122,17 +135,14 @@ impl Deps {
             },
             None => None,
         };
-        Ok(Admission {
-            deps: self,
-            breaker,
-            _bulkhead: bulkhead,
-        })
-    }
-
-    /// Can admission wait (for a bulkhead slot), so that the time the body
-    /// starts is later than the time admission began?
-    pub(crate) fn admission_may_wait(&self) -> bool {
-        self.bulkhead.as_ref().is_some_and(|b| b.may_wait())
+        Ok((
+            Admission {
+                deps: self,
+                breaker,
+                _bulkhead: bulkhead,
+            },
+            body_start,
+        ))
     }
 
     /// Do these parts need the time an attempt starts and ends? (Breakers
@@ -162,7 +172,7 @@ impl Admission<'_> {
             permit.record_at(outcome, end);
         }
         if let Some(t) = &self.deps.throttle {
-            t.on_outcome(!matches!(outcome, Outcome::Failure { .. }), end);
+            t.record(!matches!(outcome, Outcome::Failure { .. }), end);
         }
         if let Some(b) = &self.deps.budget {
             b.on_outcome(outcome, end);

@@ -143,12 +143,40 @@ enum Failure<E> {
     Refused(Error),
 }
 
+/// What a failed attempt means for the call.
+enum Settled<E> {
+    /// Another attempt may succeed.
+    Retryable(E, Classification),
+    /// The call's final error.
+    Final(E),
+}
+
+/// A call refused before its first attempt.
+struct Refusal {
+    error: Error,
+    /// Must enclosing layers treat it as final (see `mark_gave_up`)?
+    final_for_task: bool,
+}
+
+impl Refusal {
+    fn into_error<E>(self, refuse: fn(Error) -> E) -> E {
+        let error = refuse(self.error);
+        if self.final_for_task {
+            give_up(error)
+        } else {
+            error
+        }
+    }
+}
+
 /// One call in progress: what every attempt of it shares.
 struct Call<C> {
     policy: &'static Policy,
     classify: C,
     deps: DepsRef,
     deadline: Option<Instant>,
+    /// Is `deadline` this layer's own `deadline_ms`, not an inherited one?
+    own_deadline: bool,
     /// Does an attempt need to know when it started and ended?
     clocked: bool,
     /// When the call began, if the clock was read.
@@ -158,9 +186,12 @@ struct Call<C> {
 impl<C> Call<C> {
     /// Starts a call: fixes its deadline and finds its named parts. Refuses
     /// a call whose deadline has already passed, so it does no work.
-    fn begin(policy: &'static Policy, classify: C) -> Result<Self, Error> {
+    fn begin(policy: &'static Policy, classify: C) -> Result<Self, Refusal> {
         let inherited = current_deadline();
-        let deps = policy.deps()?;
+        let deps = policy.deps().map_err(|error| Refusal {
+            error,
+            final_for_task: true,
+        })?;
         // The clock is read only when something needs the time: a deadline
         // or timeout, or a part that keeps time-based statistics. This one
         // read also serves as the first attempt's start.
@@ -169,13 +200,20 @@ impl<C> Call<C> {
             || policy.timeout.is_some()
             || deps.needs_clock();
         let start = clocked.then(Instant::now);
-        let deadline = match (policy.deadline, start) {
-            (Some(d), Some(start)) => earliest(inherited, start.checked_add(d)),
-            _ => inherited,
+        let own = match (policy.deadline, start) {
+            (Some(d), Some(start)) => start.checked_add(d),
+            _ => None,
         };
+        let deadline = earliest(inherited, own);
+        // Only a deadline this layer set is this layer's to give up on; an
+        // inherited one is the enclosing layer's, which sees it pass too.
+        let own_deadline = own.is_some() && own == deadline && own != inherited;
         if let (Some(deadline), Some(start)) = (deadline, start) {
             if start >= deadline {
-                return Err(Error::deadline_exceeded());
+                return Err(Refusal {
+                    error: Error::deadline_exceeded(),
+                    final_for_task: own_deadline,
+                });
             }
         }
         Ok(Call {
@@ -183,6 +221,7 @@ impl<C> Call<C> {
             classify,
             deps,
             deadline,
+            own_deadline,
             clocked,
             start,
         })
@@ -206,18 +245,13 @@ impl<C> Call<C> {
         C: Fn(&E) -> Classification,
     {
         let now = started.or_else(|| self.clocked.then(Instant::now));
-        let admission = self
+        // The attempt's timeout runs from when its body starts, after any
+        // wait for a bulkhead slot.
+        let (admission, body_start) = self
             .deps
             .admit(now, self.deadline)
             .await
             .map_err(Failure::Refused)?;
-        // The attempt's timeout runs from when its body starts, after any
-        // wait for a bulkhead slot.
-        let body_start = if self.deps.admission_may_wait() {
-            now.map(|_| Instant::now())
-        } else {
-            now
-        };
         let timeout_at = body_start.and_then(|start| start.checked_add(self.policy.timeout?));
         let attempt_deadline = earliest(self.deadline, timeout_at);
         // Nested annotated calls inherit the attempt's deadline, so none
@@ -225,15 +259,21 @@ impl<C> Call<C> {
         let result = Bounded::new(attempt_deadline, make()).await;
         // The end time feeds breakers (slow calls) and windows; without
         // them, save the clock read.
-        let end = if self.deps.needs_clock() {
-            Some(Instant::now())
-        } else {
-            now
-        };
+        let end = self.deps.needs_clock().then(Instant::now);
         match result {
             Ok(Ok(value)) => {
                 admission.finish(Outcome::Success, end);
                 Ok(value)
+            }
+            // The body failed after this attempt's deadline had passed: a
+            // nested annotated call, which inherits that deadline, gave up
+            // on it a moment before this layer's own timer fired. It is
+            // this layer's timeout (or deadline), to be handled here.
+            Ok(Err(_))
+                if attempt_deadline.is_some_and(|d| end.unwrap_or_else(Instant::now) >= d) =>
+            {
+                admission.finish(Outcome::Failure { retry_after: None }, end);
+                Err(self.elapsed(attempt_deadline))
             }
             Ok(Err(error)) => {
                 let class = (self.classify)(&error);
@@ -242,12 +282,42 @@ impl<C> Call<C> {
             }
             Err(Elapsed) => {
                 admission.finish(Outcome::Failure { retry_after: None }, end);
-                if attempt_deadline == self.deadline {
-                    Err(Failure::Deadline)
-                } else {
-                    Err(Failure::TimedOut(self.policy.timeout.unwrap_or_default()))
-                }
+                Err(self.elapsed(attempt_deadline))
             }
+        }
+    }
+
+    /// The failure of an attempt whose deadline passed.
+    fn elapsed<E>(&self, attempt_deadline: Option<Instant>) -> Failure<E> {
+        if attempt_deadline == self.deadline {
+            Failure::Deadline
+        } else {
+            Failure::TimedOut(self.policy.timeout.unwrap_or_default())
+        }
+    }
+
+    /// What a failed attempt means for the call: a failure another attempt
+    /// may fix, or the call's final error. Refusals and a passed deadline of
+    /// this layer's own are also final for every enclosing layer.
+    fn settle<E>(&self, failure: Failure<E>, refuse: fn(Error) -> E) -> Settled<E> {
+        match failure {
+            Failure::Failed(error, class) if class.is_retryable() => {
+                Settled::Retryable(error, class)
+            }
+            Failure::Failed(error, _) => Settled::Final(error),
+            Failure::TimedOut(after) => Settled::Retryable(
+                refuse(Error::attempt_timed_out(after)),
+                Classification::Transient,
+            ),
+            Failure::Deadline => {
+                let error = refuse(Error::deadline_exceeded());
+                Settled::Final(if self.own_deadline {
+                    give_up(error)
+                } else {
+                    error
+                })
+            }
+            Failure::Refused(refusal) => Settled::Final(give_up(refuse(refusal))),
         }
     }
 }
@@ -286,16 +356,15 @@ where
 {
     let call = match Call::begin(policy, classify) {
         Ok(call) => call,
-        Err(refusal) => return Err(give_up(refuse(refusal))),
+        Err(refusal) => return Err(refusal.into_error(refuse)),
     };
     call.deps.on_request(call.start);
     match call.attempt(call.start, make).await {
         Ok(value) => Ok(value),
-        // Not retried here, so an enclosing layer may still retry it.
-        Err(Failure::Failed(error, _)) => Err(error),
-        Err(Failure::TimedOut(after)) => Err(refuse(Error::attempt_timed_out(after))),
-        Err(Failure::Deadline) => Err(give_up(refuse(Error::deadline_exceeded()))),
-        Err(Failure::Refused(refusal)) => Err(give_up(refuse(refusal))),
+        Err(failure) => match call.settle(failure, refuse) {
+            // Not retried here, so an enclosing layer may still retry it.
+            Settled::Retryable(error, _) | Settled::Final(error) => Err(error),
+        },
     }
 }
 
@@ -317,7 +386,7 @@ where
     let attempt = move || IntoResult::new(attempt());
     let call = match Call::begin(policy, classify) {
         Ok(call) => call,
-        Err(refusal) => return R::from_result(Err(give_up(refuse(refusal)))),
+        Err(refusal) => return R::from_result(Err(refusal.into_error(refuse))),
     };
     // The outermost retrying layer of the task opens the scope in which
     // nested layers report giving up.
@@ -343,19 +412,11 @@ where
         let nested_give_ups = give_ups();
         let (error, class) = match call.attempt(started.take(), &mut attempt).await {
             Ok(value) => return Ok(value),
-            Err(Failure::Failed(error, class)) => (error, class),
-            Err(Failure::TimedOut(after)) => (
-                refuse(Error::attempt_timed_out(after)),
-                Classification::Transient,
-            ),
-            Err(Failure::Deadline) => {
-                return Err(give_up(refuse(Error::deadline_exceeded())));
-            }
-            Err(Failure::Refused(refusal)) => return Err(give_up(refuse(refusal))),
+            Err(failure) => match call.settle(failure, refuse) {
+                Settled::Retryable(error, class) => (error, class),
+                Settled::Final(error) => return Err(error),
+            },
         };
-        if !class.is_retryable() {
-            return Err(error);
-        }
         // A nested layer already retried this failure and gave up: retrying
         // here too would multiply attempts (one retrying layer).
         if give_ups() != nested_give_ups {

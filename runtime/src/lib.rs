@@ -16,6 +16,7 @@ mod outcome;
 mod registry;
 mod rng;
 mod sync;
+mod time;
 
 mod breaker;
 mod budget;

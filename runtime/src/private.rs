@@ -6,9 +6,17 @@ pub use crate::engine::{Policy, once, retry};
 
 use crate::{Classification, Classify, Error, IdempotencyKey};
 
+/// The task's give-up count before a call with a fallback.
+pub fn give_up_mark() -> u64 {
+    crate::context::give_ups()
+}
+
 /// Counts and traces a call answered by its fallback: a caller given a
-/// degraded answer, which a dashboard should show.
-pub fn fallback_served(policy: &'static Policy) {
+/// degraded answer, which a dashboard should show. The call's give-up, if
+/// any, is taken back (`mark` from [`give_up_mark`]): the fallback answered
+/// it, so enclosing layers judge the call by what the fallback returns.
+pub fn fallback_served(policy: &'static Policy, mark: u64) {
+    crate::context::restore_give_ups(mark);
     crate::Registry::current().count_fallback(policy.function());
     #[cfg(feature = "tracing")]
     tracing::warn!(

@@ -227,3 +227,63 @@ fn nested_layers_grow_futures_linearly() {
     assert_eq!(four, two + 2 * per_layer, "sizes {one}, {two}, {four}");
     assert!(four < 4 * one, "sizes {one}, {two}, {four}");
 }
+
+// An outer attempt's `timeout_ms` must stay the outer layer's own timeout,
+// retried there, even when the body awaits an annotated call (which
+// inherits the attempt's deadline and so sees it pass first).
+#[resilient(deadline_ms = 60000)]
+async fn inner_plain(dep: &Dep, hang_first: &AtomicU32) -> Result<(), E> {
+    if hang_first.fetch_add(1, Ordering::SeqCst) == 0 {
+        std::future::pending::<()>().await;
+    }
+    dep.call().await
+}
+
+#[resilient(retries = 2, idempotent, timeout_ms = 100, base_ms = 1, cap_ms = 1)]
+async fn outer_with_timeout(dep: &Dep, hang_first: &AtomicU32) -> Result<(), E> {
+    inner_plain(dep, hang_first).await
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_outer_timeout_is_retried_even_when_a_nested_call_saw_it_first() {
+    let dep = Dep::default();
+    let hang_first = AtomicU32::new(0);
+    outer_with_timeout(&dep, &hang_first)
+        .await
+        .expect("the first attempt times out, the second succeeds");
+    assert_eq!(hang_first.load(Ordering::SeqCst), 2);
+    assert_eq!(dep.attempts.load(Ordering::SeqCst), 1);
+}
+
+async fn degraded(_dep: &Dep, _error: E) -> Result<(), E> {
+    Ok(())
+}
+
+#[resilient(retries = 3, idempotent, base_ms = 1, cap_ms = 1, fallback = degraded)]
+async fn inner_with_fallback(dep: &Dep) -> Result<(), E> {
+    dep.call().await
+}
+
+#[resilient(retries = 2, idempotent, base_ms = 1, cap_ms = 1)]
+async fn outer_after_fallback(dep: &Dep, flaky: &AtomicU32) -> Result<(), E> {
+    inner_with_fallback(dep).await?;
+    // A failure of the outer layer's own, after the inner one was answered
+    // by its fallback: the outer layer must still retry it.
+    if flaky.fetch_add(1, Ordering::SeqCst) == 0 {
+        return Err(E::Unavailable);
+    }
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_give_up_answered_by_a_fallback_does_not_stop_outer_retries() {
+    let dep = Dep {
+        fail: true,
+        ..Dep::default()
+    };
+    let flaky = AtomicU32::new(0);
+    outer_after_fallback(&dep, &flaky)
+        .await
+        .expect("retried after its own failure");
+    assert_eq!(flaky.load(Ordering::SeqCst), 2);
+}

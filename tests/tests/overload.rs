@@ -404,3 +404,73 @@ async fn the_attempt_timeout_starts_after_the_wait_for_a_slot() {
     })
     .await;
 }
+
+// Regression: calls the caller dropped used to count as requests the
+// backend had not accepted, and pushed the throttle into shedding calls to
+// a healthy backend.
+#[resilient(breaker = "search")]
+async fn slow_search() -> Result<u32, E> {
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    Ok(1)
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancelled_calls_do_not_count_against_the_backend() {
+    resilient::seed_jitter(3);
+    let reg = Registry::builder()
+        .breaker("search", tolerant_breaker())
+        .throttle("search", ThrottleConfig::default())
+        .build()
+        .unwrap();
+    reg.scope(async {
+        for _ in 0..20 {
+            let dropped = tokio::time::timeout(Duration::from_millis(1), slow_search()).await;
+            assert!(dropped.is_err());
+        }
+        let throttle = reg.throttle("search").unwrap().snapshot();
+        assert_eq!((throttle.requests, throttle.accepts), (0, 0));
+        assert_eq!(throttle.rejection_probability, 0.0);
+        assert_eq!(slow_search().await.unwrap(), 1, "not shed");
+    })
+    .await;
+}
+
+// Regression: time spent queueing for a bulkhead slot used to count as the
+// dependency's call time, so a busy bulkhead opened the breaker on slow calls.
+#[resilient(breaker = "queued", bulkhead = "queued")]
+async fn ten_ms() -> Result<u32, E> {
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    Ok(1)
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiting_for_a_bulkhead_slot_is_not_the_dependency_being_slow() {
+    let reg = Registry::builder()
+        .bulkhead(
+            "queued",
+            BulkheadConfig::default()
+                .max_concurrent(1)
+                .max_wait(Duration::from_secs(60)),
+        )
+        .breaker(
+            "queued",
+            resilient::BreakerConfig::default()
+                .slow_call_duration_threshold(Duration::from_secs(1))
+                .minimum_number_of_calls(10),
+        )
+        .build()
+        .unwrap();
+    reg.scope(async {
+        let mut calls = tokio::task::JoinSet::new();
+        for _ in 0..200 {
+            calls.spawn(resilient::propagate(ten_ms()));
+        }
+        while let Some(done) = calls.join_next().await {
+            assert_eq!(done.unwrap().unwrap(), 1);
+        }
+        let breaker = reg.breaker("queued").unwrap().snapshot();
+        assert_eq!(breaker.slow_calls, 0, "{breaker:?}");
+        assert_eq!(breaker.state, resilient::State::Closed);
+    })
+    .await;
+}

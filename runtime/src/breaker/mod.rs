@@ -19,6 +19,7 @@ pub use self::events::{BreakerEvent, EventHub, Subscription};
 pub use self::snapshot::BreakerSnapshot;
 use crate::config::ConfigError;
 use crate::outcome::Outcome;
+use crate::time::nanos;
 
 /// The state of a circuit breaker. Displayed in snake case (`half_open`), as
 /// in configuration files.
@@ -110,10 +111,6 @@ impl fmt::Debug for Breaker {
     }
 }
 
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
 impl Breaker {
     /// A breaker named `name`, after checking `config`; the error lists every
     /// refused setting.
@@ -168,7 +165,7 @@ impl Breaker {
     }
 
     fn since_origin(&self, now: Instant) -> u64 {
-        nanos(now.saturating_duration_since(self.origin))
+        crate::time::nanos_since(self.origin, now)
     }
 
     /// Asks to make one call. `Err` is an [`ErrorKind::BreakerOpen`]
@@ -324,6 +321,12 @@ impl BreakerPermit<'_> {
     pub fn record(self, result: Option<crate::Classification>) {
         let outcome = result.map_or(Outcome::Success, Outcome::of_failure);
         self.record_at(outcome, Instant::now());
+    }
+
+    /// Starts the call's clock again, at `now`: the permit was taken before
+    /// a wait (for a bulkhead slot) that is not the dependency's time.
+    pub(crate) fn restart_at(&mut self, now: Instant) {
+        self.start = now;
     }
 
     pub(crate) fn record_at(mut self, outcome: Outcome, now: Instant) {

@@ -467,7 +467,7 @@ impl RetryBudget {
         let policy = match config.kind {
             BudgetKind::Ratio => {
                 let window = config.window_value();
-                let nanos = u64::try_from(window.as_nanos()).unwrap_or(u64::MAX);
+                let nanos = crate::time::nanos(window);
                 let reserve = u64::from(config.min_retries_value())
                     .saturating_mul(u64::try_from(window.as_millis()).unwrap_or(u64::MAX))
                     / 1000;
@@ -497,7 +497,7 @@ impl RetryBudget {
     }
 
     fn nanos(&self, now: Instant) -> u64 {
-        u64::try_from(now.saturating_duration_since(self.origin).as_nanos()).unwrap_or(u64::MAX)
+        crate::time::nanos_since(self.origin, now)
     }
 
     /// Counts one call (its first attempt, not its retries), which earns

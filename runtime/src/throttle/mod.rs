@@ -227,7 +227,7 @@ impl AdaptiveThrottle {
     /// A throttle from a configuration [`ThrottleConfig::validate`]
     /// accepted.
     pub(crate) fn from_validated(name: Arc<str>, config: ThrottleConfig) -> Self {
-        let nanos = u64::try_from(config.window.as_nanos()).unwrap_or(u64::MAX);
+        let nanos = crate::time::nanos(config.window);
         Self {
             name,
             origin: Instant::now(),
@@ -244,7 +244,7 @@ impl AdaptiveThrottle {
     }
 
     fn nanos(&self, now: Instant) -> u64 {
-        u64::try_from(now.saturating_duration_since(self.origin).as_nanos()).unwrap_or(u64::MAX)
+        crate::time::nanos_since(self.origin, now)
     }
 
     fn probability(&self, requests: u64, accepts: u64) -> f64 {
@@ -276,6 +276,35 @@ impl AdaptiveThrottle {
     /// work and answered; a malformed request is the caller's problem, not
     /// overload), `false` for a throttled or transient failure or a timeout:
     /// the signs of a backend refusing or unable to take the work.
+    /// The engine's form of [`admit`](AdaptiveThrottle::admit): decides
+    /// whether to shed the call, counting it as a request only if shed. A
+    /// call that goes ahead is counted by [`record`](AdaptiveThrottle::record)
+    /// once its outcome is known, so a call cancelled by its caller, or
+    /// refused by a bulkhead, never counts as rejected by the backend.
+    pub(crate) fn shed(&self, now: Instant) -> bool {
+        let now = self.nanos(now);
+        let (requests, accepts) = self.window.totals(now);
+        let p = self.probability(requests, accepts);
+        if p > 0.0 && crate::rng::unit() < p {
+            self.window.add(now, REQUESTS);
+            self.shed.fetch_add(1, Ordering::Relaxed);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Counts one request that reached the backend, and whether it accepted it.
+    pub(crate) fn record(&self, accepted: bool, now: Instant) {
+        let now = self.nanos(now);
+        self.window.add(now, REQUESTS);
+        if accepted {
+            self.window.add(now, ACCEPTS);
+        }
+    }
+
+    /// Records whether the backend accepted a request admitted by
+    /// [`admit`](AdaptiveThrottle::admit).
     pub fn on_outcome(&self, accepted: bool, now: Instant) {
         if accepted {
             self.window.add(self.nanos(now), ACCEPTS);
