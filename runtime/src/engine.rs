@@ -11,7 +11,9 @@ use tokio::time::Instant;
 
 use crate::__private::ReturnsResult;
 use crate::backoff::{Backoff, DEFAULT_BASE, DEFAULT_CAP};
-use crate::context::{current_deadline, earliest, give_ups, mark_gave_up};
+use crate::context::{
+    current_deadline, earliest, give_ups, in_retry_scope, mark_gave_up, scope_retries,
+};
 use crate::deps::{Deps, Names};
 use crate::future::{Bounded, Elapsed, IntoResult, MaybeScoped};
 use crate::outcome::Outcome;
@@ -390,7 +392,18 @@ where
     };
     // The outermost retrying layer of the task opens the scope in which
     // nested layers report giving up.
-    R::from_result(MaybeScoped::new(retry_loop(call, refuse, attempt)).await)
+    // Built in place, not through a constructor taking the (large,
+    // unstarted) future by value: each such move is a memcpy.
+    let scoped = if in_retry_scope() {
+        MaybeScoped::Plain {
+            fut: retry_loop(call, refuse, attempt),
+        }
+    } else {
+        MaybeScoped::Scoped {
+            fut: scope_retries(retry_loop(call, refuse, attempt)),
+        }
+    };
+    R::from_result(scoped.await)
 }
 
 async fn retry_loop<T, E, C, F, Fut>(

@@ -67,18 +67,6 @@ pin_project! {
     }
 }
 
-impl<F: Future> MaybeScoped<F> {
-    pub(crate) fn new(fut: F) -> Self {
-        if crate::context::in_retry_scope() {
-            MaybeScoped::Plain { fut }
-        } else {
-            MaybeScoped::Scoped {
-                fut: crate::context::scope_retries(fut),
-            }
-        }
-    }
-}
-
 impl<F: Future> Future for MaybeScoped<F> {
     type Output = F::Output;
 
