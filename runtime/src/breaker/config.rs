@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use super::State;
 use super::core::{MAX_COUNT_WINDOW, MAX_HALF_OPEN_PERMITS, MAX_TIME_WINDOW_SECS};
-use crate::config::Problem;
+#[cfg(feature = "serde")]
+use crate::config::setting;
+use crate::config::{Problem, list};
 
 /// Which outcomes the failure and slow-call rates are computed over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,30 +93,20 @@ impl Default for BreakerConfig {
     }
 }
 
-#[cfg(feature = "serde")]
-const KEYS: &[&str] = &[
-    "failure_rate_threshold",
-    "slow_call_rate_threshold",
-    "slow_call_duration_threshold_ms",
-    "permitted_number_of_calls_in_half_open_state",
-    "sliding_window_type",
-    "sliding_window_size",
-    "minimum_number_of_calls",
-    "wait_duration_in_open_state_ms",
-    "honor_retry_after",
-    "initial_state",
+const INITIAL_STATES: &[(&str, State)] = &[
+    ("closed", State::Closed),
+    ("disabled", State::Disabled),
+    ("forced_open", State::ForcedOpen),
+    ("metrics_only", State::MetricsOnly),
 ];
+/// The sizes here are placeholders: a window type keeps the size already
+/// read, so `sliding_window_type` and `sliding_window_size` may come in
+/// either order.
 #[cfg(feature = "serde")]
-const WINDOW_TYPES: &[&str] = &["count_based", "time_based"];
-const INITIAL_STATES: &[&str] = &["closed", "disabled", "forced_open", "metrics_only"];
-
-fn listed(items: &[&str]) -> String {
-    items
-        .iter()
-        .map(|k| format!("`{k}`"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
+const WINDOW_TYPES: &[(&str, SlidingWindow)] = &[
+    ("count_based", SlidingWindow::CountBased { size: 0 }),
+    ("time_based", SlidingWindow::TimeBased { seconds: 0 }),
+];
 
 impl BreakerConfig {
     /// Opens the breaker when at least this percentage of the calls in the
@@ -254,98 +246,13 @@ impl BreakerConfig {
             refuse(
                 "initial_state",
                 &format!("\"{}\"", self.initial_state),
-                &format!("expected one of {}", listed(INITIAL_STATES)),
+                &format!(
+                    "expected one of {}",
+                    list(INITIAL_STATES.iter().map(|(name, _)| name))
+                ),
             );
         }
         problems
-    }
-
-    #[cfg(feature = "serde")]
-    /// Sets `key` from a value read from a file; `Err` holds the value as
-    /// written and the reason it was refused. Range checks are left to
-    /// [`BreakerConfig::validate`], so that files and the builder share them.
-    fn apply(&mut self, key: &str, value: &RawValue) -> Result<(), (String, String)> {
-        let refuse = |reason: String| Err((value.to_string(), reason));
-        match key {
-            "failure_rate_threshold" | "slow_call_rate_threshold" => {
-                let pct = match *value {
-                    RawValue::Int(i) => i as f64,
-                    RawValue::Float(f) => f,
-                    _ => return refuse(format!("expected a percentage, found {}", value.kind())),
-                };
-                if key == "failure_rate_threshold" {
-                    self.failure_rate_threshold = pct;
-                } else {
-                    self.slow_call_rate_threshold = pct;
-                }
-            }
-            "slow_call_duration_threshold_ms" | "wait_duration_in_open_state_ms" => {
-                let ms = match *value {
-                    RawValue::Int(ms) if ms < 0 => return refuse("must not be negative".into()),
-                    RawValue::Int(ms) => Duration::from_millis(ms as u64),
-                    _ => {
-                        return refuse(format!(
-                            "expected whole milliseconds, found {}",
-                            value.kind()
-                        ));
-                    }
-                };
-                if key == "slow_call_duration_threshold_ms" {
-                    self.slow_call_duration_threshold = ms;
-                } else {
-                    self.wait_duration_in_open_state = ms;
-                }
-            }
-            "permitted_number_of_calls_in_half_open_state"
-            | "sliding_window_size"
-            | "minimum_number_of_calls" => {
-                let n = match *value {
-                    RawValue::Int(n) if n < 0 => return refuse("must not be negative".into()),
-                    RawValue::Int(n) => match u32::try_from(n) {
-                        Ok(n) => n,
-                        Err(_) => return refuse(format!("must be at most {}", u32::MAX)),
-                    },
-                    _ => return refuse(format!("expected a whole number, found {}", value.kind())),
-                };
-                match key {
-                    "permitted_number_of_calls_in_half_open_state" => {
-                        self.permitted_number_of_calls_in_half_open_state = n
-                    }
-                    "sliding_window_size" => self.sliding_window = self.sliding_window.with_size(n),
-                    _ => self.minimum_number_of_calls = n,
-                }
-            }
-            "sliding_window_type" => {
-                let size = self.sliding_window.size();
-                self.sliding_window = match value {
-                    RawValue::Str(s) if s == "count_based" => SlidingWindow::CountBased { size },
-                    RawValue::Str(s) if s == "time_based" => {
-                        SlidingWindow::TimeBased { seconds: size }
-                    }
-                    _ => return refuse(format!("expected one of {}", listed(WINDOW_TYPES))),
-                };
-            }
-            "initial_state" => {
-                self.initial_state = match value {
-                    RawValue::Str(s) if s == "closed" => State::Closed,
-                    RawValue::Str(s) if s == "disabled" => State::Disabled,
-                    RawValue::Str(s) if s == "forced_open" => State::ForcedOpen,
-                    RawValue::Str(s) if s == "metrics_only" => State::MetricsOnly,
-                    _ => return refuse(format!("expected one of {}", listed(INITIAL_STATES))),
-                };
-            }
-            "honor_retry_after" => match *value {
-                RawValue::Bool(b) => self.honor_retry_after = b,
-                _ => {
-                    return refuse(format!(
-                        "expected `true` or `false`, found {}",
-                        value.kind()
-                    ));
-                }
-            },
-            _ => return refuse(format!("unknown key; accepted keys are {}", listed(KEYS))),
-        }
-        Ok(())
     }
 
     /// Reads a breaker's settings from the keys of a TOML table (the body of
@@ -373,171 +280,75 @@ impl BreakerConfig {
     /// ```
     #[cfg(feature = "toml")]
     pub fn from_toml(name: &str, text: &str) -> Result<BreakerConfig, crate::ConfigError> {
-        let table = match text.parse::<toml::Table>() {
-            Ok(table) => table,
-            Err(e) => {
-                let reason = format!("not a TOML table of settings: {}", e.message());
-                let problem =
-                    Problem::new("breaker", Some(name), "(document)", text.trim(), reason);
-                return Err(crate::ConfigError::one(problem));
-            }
-        };
-        let mut config = BreakerConfig::default();
-        let mut problems = Vec::new();
-        for (key, value) in &table {
-            let raw = match value {
-                toml::Value::Integer(i) => RawValue::Int(*i),
-                toml::Value::Float(f) => RawValue::Float(*f),
-                toml::Value::String(s) => RawValue::Str(s.clone()),
-                toml::Value::Boolean(b) => RawValue::Bool(*b),
-                other => RawValue::Other {
-                    kind: match other.type_str() {
-                        "array" => "an array",
-                        "table" => "a table",
-                        _ => "a date-time",
-                    },
-                    shown: other.to_string(),
-                },
-            };
-            if let Err((value, reason)) = config.apply(key, &raw) {
-                problems.push(Problem::new(
-                    "breaker",
-                    Some(name),
-                    key.as_str(),
-                    value,
-                    reason,
-                ));
-            }
-        }
-        problems.extend(config.validate(name));
-        crate::ConfigError::from_problems(problems).map(|()| config)
-    }
-}
-
-/// A setting's value as written in a file, before it is checked against its key.
-#[cfg(feature = "serde")]
-#[derive(Debug, Clone, PartialEq)]
-enum RawValue {
-    Int(i64),
-    Float(f64),
-    Str(String),
-    Bool(bool),
-    Other { kind: &'static str, shown: String },
-}
-
-#[cfg(feature = "serde")]
-impl RawValue {
-    fn kind(&self) -> &'static str {
-        match self {
-            RawValue::Int(_) => "an integer",
-            RawValue::Float(_) => "a float",
-            RawValue::Str(_) => "a string",
-            RawValue::Bool(_) => "a boolean",
-            RawValue::Other { kind, .. } => kind,
-        }
+        setting::from_toml(name, text)
     }
 }
 
 #[cfg(feature = "serde")]
-impl fmt::Display for RawValue {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RawValue::Int(i) => write!(f, "{i}"),
-            RawValue::Float(x) => write!(f, "{x}"),
-            RawValue::Str(s) => write!(f, "{s:?}"),
-            RawValue::Bool(b) => write!(f, "{b}"),
-            RawValue::Other { shown, .. } => f.write_str(shown),
+impl setting::Settings for BreakerConfig {
+    const SECTION: &'static str = "breaker";
+    const KEYS: &'static [&'static str] = &[
+        "failure_rate_threshold",
+        "slow_call_rate_threshold",
+        "slow_call_duration_threshold_ms",
+        "permitted_number_of_calls_in_half_open_state",
+        "sliding_window_type",
+        "sliding_window_size",
+        "minimum_number_of_calls",
+        "wait_duration_in_open_state_ms",
+        "honor_retry_after",
+        "initial_state",
+    ];
+    const EXPECTING: &'static str = "a table of circuit breaker settings";
+
+    fn set(&mut self, key: &str, value: &setting::RawValue) -> Result<(), String> {
+        match key {
+            "failure_rate_threshold" => self.failure_rate_threshold = setting::percentage(value)?,
+            "slow_call_rate_threshold" => {
+                self.slow_call_rate_threshold = setting::percentage(value)?
+            }
+            "slow_call_duration_threshold_ms" => {
+                self.slow_call_duration_threshold = setting::millis(value)?
+            }
+            "wait_duration_in_open_state_ms" => {
+                self.wait_duration_in_open_state = setting::millis(value)?
+            }
+            "permitted_number_of_calls_in_half_open_state" => {
+                self.permitted_number_of_calls_in_half_open_state = setting::count_u32(value)?
+            }
+            "sliding_window_size" => {
+                self.sliding_window = self.sliding_window.with_size(setting::count_u32(value)?)
+            }
+            "minimum_number_of_calls" => self.minimum_number_of_calls = setting::count_u32(value)?,
+            "sliding_window_type" => {
+                let size = self.sliding_window.size();
+                self.sliding_window = setting::one_of(value, WINDOW_TYPES)?.with_size(size);
+            }
+            "honor_retry_after" => self.honor_retry_after = setting::boolean(value)?,
+            "initial_state" => self.initial_state = setting::one_of(value, INITIAL_STATES)?,
+            _ => unreachable!("keys are checked against KEYS first"),
         }
+        Ok(())
+    }
+
+    fn problems(&self, name: Option<&str>) -> Vec<Problem> {
+        // `Deserialize` has always left range checks to `Breaker::new` and
+        // the registry, which know the breaker's name; checking here too
+        // would refuse configurations it has accepted.
+        name.map_or_else(Vec::new, |name| self.validate(name))
     }
 }
 
+/// Reads the keys `failure_rate_threshold`, `slow_call_rate_threshold`,
+/// `slow_call_duration_threshold_ms`, `permitted_number_of_calls_in_half_open_state`,
+/// `sliding_window_type`, `sliding_window_size`, `minimum_number_of_calls`,
+/// `wait_duration_in_open_state_ms`, `honor_retry_after` and `initial_state`; missing keys
+/// keep their defaults. Unknown keys and values of the wrong kind are
+/// errors naming the key and value. Range checks happen when the breaker
+/// is built (`Breaker::new`, or the registry), where its name is known.
 #[cfg(feature = "serde")]
-mod de {
-    use std::fmt;
-
-    use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
-
-    use super::{BreakerConfig, RawValue};
-
-    impl<'de> de::Deserialize<'de> for RawValue {
-        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-            struct RawVisitor;
-            impl<'de> Visitor<'de> for RawVisitor {
-                type Value = RawValue;
-                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                    f.write_str("a number, string or boolean")
-                }
-                fn visit_bool<E>(self, v: bool) -> Result<RawValue, E> {
-                    Ok(RawValue::Bool(v))
-                }
-                fn visit_i64<E>(self, v: i64) -> Result<RawValue, E> {
-                    Ok(RawValue::Int(v))
-                }
-                fn visit_u64<E>(self, v: u64) -> Result<RawValue, E> {
-                    Ok(i64::try_from(v).map_or(RawValue::Float(v as f64), RawValue::Int))
-                }
-                fn visit_f64<E>(self, v: f64) -> Result<RawValue, E> {
-                    Ok(RawValue::Float(v))
-                }
-                fn visit_str<E>(self, v: &str) -> Result<RawValue, E> {
-                    Ok(RawValue::Str(v.to_owned()))
-                }
-                fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RawValue, A::Error> {
-                    while seq.next_element::<IgnoredAny>()?.is_some() {}
-                    Ok(RawValue::Other {
-                        kind: "an array",
-                        shown: "[...]".into(),
-                    })
-                }
-                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawValue, A::Error> {
-                    while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                    Ok(RawValue::Other {
-                        kind: "a table",
-                        shown: "{...}".into(),
-                    })
-                }
-            }
-            deserializer.deserialize_any(RawVisitor)
-        }
-    }
-
-    /// Reads the keys `failure_rate_threshold`, `slow_call_rate_threshold`,
-    /// `slow_call_duration_threshold_ms`, `permitted_number_of_calls_in_half_open_state`,
-    /// `sliding_window_type`, `sliding_window_size`, `minimum_number_of_calls`,
-    /// `wait_duration_in_open_state_ms`, `honor_retry_after` and `initial_state`; missing keys
-    /// keep their defaults. Unknown keys and values of the wrong kind are
-    /// errors naming the key and value. Range checks happen when the breaker
-    /// is built (`Breaker::new`, or the registry), where its name is known.
-    impl<'de> de::Deserialize<'de> for BreakerConfig {
-        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-            struct ConfigVisitor;
-            impl<'de> Visitor<'de> for ConfigVisitor {
-                type Value = BreakerConfig;
-                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                    f.write_str("a table of circuit breaker settings")
-                }
-                fn visit_map<A: MapAccess<'de>>(
-                    self,
-                    mut map: A,
-                ) -> Result<BreakerConfig, A::Error> {
-                    let mut config = BreakerConfig::default();
-                    let mut seen = Vec::new();
-                    while let Some(key) = map.next_key::<String>()? {
-                        let value = map.next_value::<RawValue>()?;
-                        if seen.contains(&key) {
-                            return Err(de::Error::custom(format_args!(
-                                "`{key}` set more than once"
-                            )));
-                        }
-                        config.apply(&key, &value).map_err(|(value, reason)| {
-                            de::Error::custom(format_args!("`{key}` = {value}: {reason}"))
-                        })?;
-                        seen.push(key);
-                    }
-                    Ok(config)
-                }
-            }
-            deserializer.deserialize_map(ConfigVisitor)
-        }
+impl<'de> serde::Deserialize<'de> for BreakerConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        setting::deserialize(deserializer)
     }
 }

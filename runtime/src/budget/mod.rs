@@ -8,15 +8,12 @@
 //! two kinds and the sources of their defaults are on [`RetryBudget`], where
 //! users read them.
 //!
-//! This module owns the budget and its configuration, and three pieces the
+//! This module owns the budget and its configuration, and two pieces the
 //! other overload-control parts share or mirror:
 //!
 //! * `window.rs`: the lock-free sliding window of two counts, used here for
 //!   (requests, retries) and by adaptive throttling for (requests, accepts);
-//! * `tokens.rs`: gRPC's fixed-point token bucket;
-//! * `setting.rs` (feature `serde`): the key-by-key reading of
-//!   configurations from serde maps and TOML tables, used by the budget,
-//!   the throttle and the bulkhead alike so their messages agree.
+//! * `tokens.rs`: gRPC's fixed-point token bucket.
 
 use std::fmt;
 use std::sync::Arc;
@@ -24,12 +21,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+#[cfg(feature = "serde")]
+use crate::config::setting;
 use crate::config::{ConfigError, Problem};
 use crate::outcome::Outcome;
 use crate::sync::atomic::{AtomicU64, Ordering};
 
-#[cfg(feature = "serde")]
-pub(crate) mod setting;
 mod tokens;
 pub(crate) mod window;
 
@@ -318,7 +315,7 @@ impl setting::Settings for BudgetConfig {
                     _ => {
                         return Err(format!(
                             "unknown kind; accepted kinds are {}",
-                            setting::list(BudgetKind::NAMES)
+                            crate::config::list(BudgetKind::NAMES)
                         ));
                     }
                 }

@@ -105,13 +105,13 @@ impl BulkheadConfig {
 }
 
 #[cfg(feature = "serde")]
-impl crate::budget::setting::Settings for BulkheadConfig {
+impl crate::config::setting::Settings for BulkheadConfig {
     const SECTION: &'static str = SECTION;
     const KEYS: &'static [&'static str] = &["max_concurrent", "max_wait_ms"];
     const EXPECTING: &'static str = "a bulkhead's settings";
 
-    fn set(&mut self, key: &str, value: &crate::budget::setting::RawValue) -> Result<(), String> {
-        use crate::budget::setting;
+    fn set(&mut self, key: &str, value: &crate::config::setting::RawValue) -> Result<(), String> {
+        use crate::config::setting;
         match key {
             // Beyond `usize` is stored saturated: no bulkhead needs more.
             "max_concurrent" => {
@@ -133,7 +133,7 @@ impl crate::budget::setting::Settings for BulkheadConfig {
 #[cfg(feature = "serde")]
 impl<'de> serde::Deserialize<'de> for BulkheadConfig {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        crate::budget::setting::deserialize(deserializer)
+        crate::config::setting::deserialize(deserializer)
     }
 }
 
@@ -148,7 +148,7 @@ impl BulkheadConfig {
     /// # Ok::<(), resilient::ConfigError>(())
     /// ```
     pub fn from_toml(name: &str, text: &str) -> Result<Self, ConfigError> {
-        crate::budget::setting::from_toml(name, text)
+        crate::config::setting::from_toml(name, text)
     }
 }
 

@@ -114,13 +114,13 @@ impl ThrottleConfig {
 }
 
 #[cfg(feature = "serde")]
-impl crate::budget::setting::Settings for ThrottleConfig {
+impl crate::config::setting::Settings for ThrottleConfig {
     const SECTION: &'static str = SECTION;
     const KEYS: &'static [&'static str] = &["k", "window_ms"];
     const EXPECTING: &'static str = "an adaptive throttle's settings";
 
-    fn set(&mut self, key: &str, value: &crate::budget::setting::RawValue) -> Result<(), String> {
-        use crate::budget::setting;
+    fn set(&mut self, key: &str, value: &crate::config::setting::RawValue) -> Result<(), String> {
+        use crate::config::setting;
         match key {
             "k" => self.k = setting::number(value)?,
             "window_ms" => self.window = setting::millis(value)?,
@@ -139,7 +139,7 @@ impl crate::budget::setting::Settings for ThrottleConfig {
 #[cfg(feature = "serde")]
 impl<'de> serde::Deserialize<'de> for ThrottleConfig {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        crate::budget::setting::deserialize(deserializer)
+        crate::config::setting::deserialize(deserializer)
     }
 }
 
@@ -154,7 +154,7 @@ impl ThrottleConfig {
     /// # Ok::<(), resilient::ConfigError>(())
     /// ```
     pub fn from_toml(name: &str, text: &str) -> Result<Self, ConfigError> {
-        crate::budget::setting::from_toml(name, text)
+        crate::config::setting::from_toml(name, text)
     }
 }
 

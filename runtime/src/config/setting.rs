@@ -1,4 +1,4 @@
-//! Reading the overload-control configurations (budget, throttle, bulkhead)
+//! Reading every part's configuration (breaker, budget, throttle, bulkhead)
 //! from serde maps and TOML tables, one key at a time, so that every refusal
 //! names its key and the value as written.
 //!
@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 
-use crate::config::Problem;
+use super::{Problem, list};
 
 /// A setting's value before the configuration interprets it.
 #[derive(Debug, Clone, PartialEq)]
@@ -24,8 +24,25 @@ pub(crate) enum RawValue {
     Str(String),
     Bool(bool),
     /// A value of no type any key accepts (a table, an array, a date, an
-    /// integer beyond `i64`), as text.
-    Other(String),
+    /// integer beyond `i64`): what it is, for "found ..." in messages, and
+    /// the value as text.
+    Other {
+        kind: &'static str,
+        shown: String,
+    },
+}
+
+impl RawValue {
+    /// What the value is, as in "expected a number, found a string".
+    fn kind(&self) -> &'static str {
+        match self {
+            RawValue::Int(_) => "an integer",
+            RawValue::Float(_) => "a float",
+            RawValue::Str(_) => "a string",
+            RawValue::Bool(_) => "a boolean",
+            RawValue::Other { kind, .. } => kind,
+        }
+    }
 }
 
 impl fmt::Display for RawValue {
@@ -35,10 +52,14 @@ impl fmt::Display for RawValue {
             RawValue::Float(v) => write!(f, "{v:?}"),
             RawValue::Str(v) => write!(f, "{v:?}"),
             RawValue::Bool(v) => write!(f, "{v}"),
-            RawValue::Other(v) => f.write_str(v),
+            RawValue::Other { shown, .. } => f.write_str(shown),
         }
     }
 }
+
+/// The kind of a whole number beyond `i64`: no key takes one, and saying so
+/// beats "expected a whole number" for what is one.
+const TOO_LARGE: &str = "an integer beyond 9223372036854775807";
 
 impl<'de> de::Deserialize<'de> for RawValue {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -46,7 +67,7 @@ impl<'de> de::Deserialize<'de> for RawValue {
         impl<'de> Visitor<'de> for RawVisitor {
             type Value = RawValue;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a number or a string")
+                f.write_str("a number, string or boolean")
             }
             fn visit_bool<E>(self, v: bool) -> Result<RawValue, E> {
                 Ok(RawValue::Bool(v))
@@ -55,7 +76,13 @@ impl<'de> de::Deserialize<'de> for RawValue {
                 Ok(RawValue::Int(v))
             }
             fn visit_u64<E>(self, v: u64) -> Result<RawValue, E> {
-                Ok(i64::try_from(v).map_or_else(|_| RawValue::Other(v.to_string()), RawValue::Int))
+                Ok(i64::try_from(v).map_or_else(
+                    |_| RawValue::Other {
+                        kind: TOO_LARGE,
+                        shown: v.to_string(),
+                    },
+                    RawValue::Int,
+                ))
             }
             fn visit_f64<E>(self, v: f64) -> Result<RawValue, E> {
                 Ok(RawValue::Float(v))
@@ -65,14 +92,20 @@ impl<'de> de::Deserialize<'de> for RawValue {
             }
             fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<RawValue, A::Error> {
                 while seq.next_element::<de::IgnoredAny>()?.is_some() {}
-                Ok(RawValue::Other("[...]".to_owned()))
+                Ok(RawValue::Other {
+                    kind: "an array",
+                    shown: "[...]".to_owned(),
+                })
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawValue, A::Error> {
                 while map
                     .next_entry::<de::IgnoredAny, de::IgnoredAny>()?
                     .is_some()
                 {}
-                Ok(RawValue::Other("{...}".to_owned()))
+                Ok(RawValue::Other {
+                    kind: "a table",
+                    shown: "{...}".to_owned(),
+                })
             }
         }
         deserializer.deserialize_any(RawVisitor)
@@ -87,17 +120,43 @@ impl From<&toml::Value> for RawValue {
             toml::Value::Float(v) => RawValue::Float(*v),
             toml::Value::String(v) => RawValue::Str(v.clone()),
             toml::Value::Boolean(v) => RawValue::Bool(*v),
-            other => RawValue::Other(other.to_string()),
+            toml::Value::Array(_) => RawValue::Other {
+                kind: "an array",
+                shown: value.to_string(),
+            },
+            toml::Value::Table(_) => RawValue::Other {
+                kind: "a table",
+                shown: value.to_string(),
+            },
+            toml::Value::Datetime(_) => RawValue::Other {
+                kind: "a date-time",
+                shown: value.to_string(),
+            },
         }
     }
 }
 
+/// "expected `what`, found `value`'s kind": the type error every helper
+/// gives.
+fn expected(what: &str, value: &RawValue) -> String {
+    format!("expected {what}, found {}", value.kind())
+}
+
 /// A number; integers are accepted where a fraction is.
 pub(crate) fn number(value: &RawValue) -> Result<f64, String> {
+    fraction(value, "a number")
+}
+
+/// A percentage, read like a number but named as one in messages.
+pub(crate) fn percentage(value: &RawValue) -> Result<f64, String> {
+    fraction(value, "a percentage")
+}
+
+fn fraction(value: &RawValue, what: &str) -> Result<f64, String> {
     match value {
         RawValue::Float(v) => Ok(*v),
         RawValue::Int(v) => Ok(*v as f64),
-        _ => Err("expected a number".to_owned()),
+        _ => Err(expected(what, value)),
     }
 }
 
@@ -106,8 +165,14 @@ pub(crate) fn count(value: &RawValue) -> Result<u64, String> {
     match value {
         RawValue::Int(v) if *v < 0 => Err("must not be negative".to_owned()),
         RawValue::Int(v) => Ok(*v as u64),
-        _ => Err("expected a whole number".to_owned()),
+        _ => Err(expected("a whole number", value)),
     }
+}
+
+/// A count that fits in `u32`; larger ones are refused here, since no range
+/// check can see a value that was cut to fit.
+pub(crate) fn count_u32(value: &RawValue) -> Result<u32, String> {
+    u32::try_from(count(value)?).map_err(|_| format!("must be at most {}", u32::MAX))
 }
 
 /// A duration written as whole milliseconds. Read as `i64` so that a
@@ -116,7 +181,7 @@ pub(crate) fn millis(value: &RawValue) -> Result<Duration, String> {
     match value {
         RawValue::Int(v) if *v < 0 => Err("must not be negative".to_owned()),
         RawValue::Int(v) => Ok(Duration::from_millis(*v as u64)),
-        _ => Err("expected a whole number of milliseconds".to_owned()),
+        _ => Err(expected("whole milliseconds", value)),
     }
 }
 
@@ -124,17 +189,35 @@ pub(crate) fn millis(value: &RawValue) -> Result<Duration, String> {
 pub(crate) fn string(value: &RawValue) -> Result<&str, String> {
     match value {
         RawValue::Str(v) => Ok(v),
-        _ => Err("expected a string".to_owned()),
+        _ => Err(expected("a string", value)),
     }
 }
 
-/// `` `a`, `b`, `c` ``: for messages listing what is accepted.
-pub(crate) fn list(items: &[&str]) -> String {
-    items
-        .iter()
-        .map(|k| format!("`{k}`"))
-        .collect::<Vec<_>>()
-        .join(", ")
+/// `true` or `false`.
+pub(crate) fn boolean(value: &RawValue) -> Result<bool, String> {
+    match value {
+        RawValue::Bool(v) => Ok(*v),
+        _ => Err(expected("`true` or `false`", value)),
+    }
+}
+
+/// One of the names in `accepted`, as the value paired with it; anything
+/// else is refused listing the names.
+pub(crate) fn one_of<T: Copy>(value: &RawValue, accepted: &[(&str, T)]) -> Result<T, String> {
+    let names = || {
+        format!(
+            "expected one of {}",
+            list(accepted.iter().map(|(name, _)| name))
+        )
+    };
+    match value {
+        RawValue::Str(v) => accepted
+            .iter()
+            .find(|(name, _)| name == v)
+            .map(|&(_, value)| value)
+            .ok_or_else(names),
+        _ => Err(format!("{}, found {}", names(), value.kind())),
+    }
 }
 
 /// A configuration that can be read key by key.
@@ -150,7 +233,8 @@ pub(crate) trait Settings: Default {
     /// `problems`' business.
     fn set(&mut self, key: &str, value: &RawValue) -> Result<(), String>;
 
-    /// Every range problem, as `validate` reports them.
+    /// Every range problem, as `validate` reports them; `name` is `None` on
+    /// the serde path, which has no name for the part.
     fn problems(&self, name: Option<&str>) -> Vec<Problem>;
 }
 
@@ -175,7 +259,10 @@ pub(crate) fn deserialize<'de, D: Deserializer<'de>, T: Settings>(
             while let Some(key) = map.next_key::<String>()? {
                 let value: RawValue = map.next_value()?;
                 if seen.contains(&key) {
-                    return Err(de::Error::custom(format!("`{key}` set twice")));
+                    return Err(de::Error::custom(format!(
+                        "{}: `{key}` set more than once (set twice; keep one)",
+                        T::SECTION
+                    )));
                 }
                 let result = if T::KEYS.contains(&key.as_str()) {
                     config.set(&key, &value)

@@ -1,8 +1,24 @@
 //! Refused configuration: what every configurable part reports when a value
 //! makes no sense, so that a bad setting stops the program at start-up with a
 //! message naming the part, the key and the value.
+//!
+//! `setting.rs` (feature `serde`) owns the one reader of configuration maps
+//! and TOML tables that every part's `Deserialize` and `from_toml` go
+//! through, so that their refusals are worded alike.
 
 use std::fmt;
+
+#[cfg(feature = "serde")]
+pub(crate) mod setting;
+
+/// `` `a`, `b`, `c` ``: for messages listing what is accepted.
+pub(crate) fn list<S: AsRef<str>>(items: impl IntoIterator<Item = S>) -> String {
+    items
+        .into_iter()
+        .map(|item| format!("`{}`", item.as_ref()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 /// One refused setting.
 #[derive(Debug, Clone, PartialEq, Eq)]
