@@ -1,9 +1,13 @@
-//! The attempt frame: what an annotated call learns from the annotated
-//! calls nested inside one of its attempts.
+//! The attempt frame: the task's deadline, and what an annotated call
+//! learns from the annotated calls nested inside one of its attempts.
 //!
 //! Every attempt runs its body inside a frame (a tokio task-local scoped to
-//! that attempt's future). Nested annotated calls report into the frame of
-//! the attempt that encloses them, and nowhere else:
+//! that attempt's future), which also carries the task's deadline, so an
+//! attempt sets one task-local, not two. [`with_deadline`](crate::with_deadline)
+//! and [`observe`](crate::observe) open *transparent* frames, which pass
+//! everything they collect on to the frame around them. Nested annotated
+//! calls report into the frame of the attempt that encloses them, and
+//! nowhere else:
 //!
 //! * **How far the path got.** A *path* is one chain of nested calls from
 //!   the user's request down to a dependency. Positions on it count the
@@ -64,8 +68,8 @@ impl BudgetRef {
     }
 }
 
-/// Where a call stands on its path when it begins (from the enclosing
-/// frame, or a fresh path for a call made outside any attempt).
+/// Where a call stands on its path when it begins: the enclosing frame's
+/// view, or a fresh path for a call made outside any frame.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PathStart {
     /// Attempts the most generous enclosing layer allows.
@@ -74,27 +78,54 @@ pub(crate) struct PathStart {
     pub(crate) base: u32,
     /// Inside a retry of some enclosing layer: not a new request.
     pub(crate) in_retry: bool,
+    /// Inside [`observe`](crate::observe): attempts are recorded.
+    pub(crate) observed: bool,
+    /// The task's deadline.
+    pub(crate) deadline: Option<Instant>,
+    /// There is an enclosing frame to report to.
+    pub(crate) nested: bool,
 }
 
 impl PathStart {
+    const FRESH: PathStart = PathStart {
+        cap: 0,
+        base: 0,
+        in_retry: false,
+        observed: false,
+        deadline: None,
+        nested: false,
+    };
+
     /// The path a call starts on: the enclosing frame's, if any.
-    pub(crate) fn current() -> Option<PathStart> {
+    pub(crate) fn current() -> PathStart {
         FRAME
             .try_with(|f| PathStart {
                 cap: f.cap,
                 base: f.base,
                 in_retry: f.in_retry,
+                observed: f.observed,
+                deadline: f.deadline,
+                nested: true,
             })
-            .ok()
+            .unwrap_or(PathStart::FRESH)
     }
 }
 
-/// One attempt's frame.
+/// The task's deadline, if a caller set one.
+pub(crate) fn deadline() -> Option<Instant> {
+    FRAME.try_with(|f| f.deadline).ok().flatten()
+}
+
+/// One attempt's frame, or a transparent one.
 pub(crate) struct Frame {
     cap: u32,
     base: u32,
     in_retry: bool,
-    /// The attempt's deadline, for recognising nested refusals of it.
+    observed: bool,
+    /// Passes everything it collects on to the enclosing frame.
+    transparent: bool,
+    /// The task's deadline inside the frame; for an attempt, its own, by
+    /// which nested refusals of it are recognised.
     deadline: Option<Instant>,
     high: Cell<u32>,
     gave_up: Cell<u32>,
@@ -124,25 +155,63 @@ pub(crate) struct FrameEnd {
     pub(crate) timer_refused: bool,
     /// The budget nearest the dependency below this attempt.
     pub(crate) budget: Option<BudgetRef>,
+    transparent: bool,
+    deadline: Option<Instant>,
 }
 
 impl Frame {
-    pub(crate) fn new(
-        cap: u32,
+    /// The frame of one attempt, which counts as reaching `base + 1`.
+    pub(crate) fn attempt(
+        path: &PathStart,
         base: u32,
         in_retry: bool,
         deadline: Option<Instant>,
-        budget: Option<BudgetRef>,
     ) -> Frame {
         Frame {
-            cap,
+            cap: path.cap,
             base,
             in_retry,
+            observed: path.observed,
+            transparent: false,
             deadline,
             high: Cell::new(base.saturating_add(1)),
             gave_up: Cell::new(0),
             timer_refused: Cell::new(false),
-            budget: Cell::new(budget),
+            budget: Cell::new(None),
+        }
+    }
+
+    /// A transparent frame inside the current one, with `deadline` as the
+    /// task's deadline; `observed` when it starts an [`observe`](crate::observe).
+    pub(crate) fn transparent(deadline: Option<Instant>, observed: bool) -> Frame {
+        let path = PathStart::current();
+        Frame {
+            cap: path.cap,
+            base: path.base,
+            in_retry: path.in_retry,
+            observed: observed || path.observed,
+            transparent: true,
+            deadline,
+            high: Cell::new(path.base),
+            gave_up: Cell::new(0),
+            timer_refused: Cell::new(false),
+            budget: Cell::new(None),
+        }
+    }
+
+    /// The frame of a spawned task: a new path with the spawner's deadline.
+    pub(crate) fn spawned(deadline: Option<Instant>) -> Frame {
+        Frame {
+            cap: 0,
+            base: 0,
+            in_retry: false,
+            observed: false,
+            transparent: false,
+            deadline,
+            high: Cell::new(0),
+            gave_up: Cell::new(0),
+            timer_refused: Cell::new(false),
+            budget: Cell::new(None),
         }
     }
 
@@ -152,6 +221,8 @@ impl Frame {
             cap: self.cap,
             base: self.base,
             in_retry: self.in_retry,
+            observed: self.observed,
+            transparent: self.transparent,
             deadline: self.deadline,
             high: Cell::new(self.high.get()),
             gave_up: Cell::new(self.gave_up.get()),
@@ -166,6 +237,8 @@ impl Frame {
             gave_up: self.gave_up.get(),
             timer_refused: self.timer_refused.get(),
             budget: self.budget.into_inner(),
+            transparent: self.transparent,
+            deadline: self.deadline,
         }
     }
 }
@@ -199,13 +272,37 @@ pub(crate) fn report_budget(budget: Option<BudgetRef>) {
     }
 }
 
-/// Passes what a finished or cancelled attempt learned up to the frame
-/// that encloses its call.
+/// Passes what a cancelled attempt learned up to the frame that encloses
+/// its call: how far it got, and the budget below it. A transparent frame
+/// passes on everything, also when it ends normally (see
+/// [`forward_all`]).
 fn forward(end: &FrameEnd) {
     reach(end.high);
     if let Some(budget) = &end.budget {
         report_budget(Some(budget.clone()));
     }
+    if end.transparent {
+        for _ in 0..end.gave_up {
+            report_give_up();
+        }
+        if end.timer_refused {
+            report_deadline(end.deadline);
+        }
+    }
+}
+
+/// Runs a future about to be spawned in a frame of its own: a new path,
+/// with the spawner's deadline.
+pub(crate) fn scope_spawned<F: Future>(
+    deadline: Option<Instant>,
+    fut: F,
+) -> tokio::task::futures::TaskLocalFuture<Frame, F> {
+    FRAME.scope(Frame::spawned(deadline), fut)
+}
+
+/// Passes everything a transparent frame collected to the enclosing one.
+pub(crate) fn forward_all(end: &FrameEnd) {
+    forward(end);
 }
 
 pin_project! {
