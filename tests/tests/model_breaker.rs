@@ -32,6 +32,7 @@ fn settings(window: WindowKind, minimum_calls: u32, permitted: u32) -> Settings 
         permitted_in_half_open: permitted,
         wait_ns: WAIT,
         window,
+        retry_after_opens: false,
     }
 }
 
