@@ -54,10 +54,7 @@ async fn advance_to(since: Instant, age: Duration) {
 async fn ten_failures_in_a_row_open_a_time_window_breaker_at_every_age() {
     let born = Instant::now();
     // One breaker per age, all born now, each tried at its age.
-    let breakers: Vec<_> = AGES
-        .iter()
-        .map(|_| breaker(time_window(10)))
-        .collect();
+    let breakers: Vec<_> = AGES.iter().map(|_| breaker(time_window(10))).collect();
     for ((label, age), b) in AGES.iter().zip(&breakers) {
         advance_to(born, *age).await;
         for i in 0..10 {

@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 use resilient::{
-    Breaker, BreakerConfig, BreakerEvent, Classification, Classify, ErrorKind, EventHub,
-    Registry, SlidingWindow, State, TransitionReason, resilient,
+    Breaker, BreakerConfig, BreakerEvent, Classification, Classify, ErrorKind, EventHub, Registry,
+    SlidingWindow, State, TransitionReason, resilient,
 };
 use tokio::time::advance;
 
@@ -93,7 +93,10 @@ fn refusal(result: Result<u32, E>) -> Option<ErrorKind> {
 async fn outage_and_recovery(reg: &Registry, dep: &Dep) {
     dep.down.store(true, Ordering::SeqCst);
     for _ in 0..4 {
-        assert!(matches!(pay(dep).await, Err(E::Down)), "the body's own error");
+        assert!(
+            matches!(pay(dep).await, Err(E::Down)),
+            "the body's own error"
+        );
     }
     assert_eq!(reg.breaker("payments").unwrap().state(), State::Open);
     assert_eq!(
@@ -178,7 +181,10 @@ async fn a_panicking_subscriber_does_not_stop_the_others() {
 }
 
 /// Calls `f` on another thread and waits `limit` of real time for it.
-fn finishes_within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+fn finishes_within<T: Send + 'static>(
+    limit: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
     let (done, result) = mpsc::channel();
     std::thread::spawn(move || {
         let _ = done.send(f());
@@ -215,7 +221,11 @@ fn a_blocked_subscriber_delays_no_call_and_gets_a_prefix_of_the_events_in_order(
     assert!(subscription.flush(FLUSH));
     let seen = seen.lock().unwrap();
     let dropped = subscription.dropped_events() as usize;
-    assert_eq!(seen.len() + dropped, emitted, "each event delivered or dropped");
+    assert_eq!(
+        seen.len() + dropped,
+        emitted,
+        "each event delivered or dropped"
+    );
     assert!(
         seen.len() >= EventHub::QUEUE_CAPACITY,
         "the queue held its capacity"
@@ -247,7 +257,10 @@ async fn transitions_carry_their_reasons() {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let sink = seen.clone();
     let subscription = b.subscribe(move |e| {
-        if let BreakerEvent::StateTransition { from, to, reason, .. } = e {
+        if let BreakerEvent::StateTransition {
+            from, to, reason, ..
+        } = e
+        {
             sink.lock().unwrap().push((*from, *to, *reason));
         }
     });

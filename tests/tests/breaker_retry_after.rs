@@ -55,7 +55,10 @@ async fn one_throttled_failure_leaves_a_closed_breaker_closed_by_default() {
         State::Closed,
         "a 429 is about one caller's rate, not the dependency's health"
     );
-    assert!(b.try_acquire().is_ok(), "every other caller is still admitted");
+    assert!(
+        b.try_acquire().is_ok(),
+        "every other caller is still admitted"
+    );
     assert_eq!(b.snapshot().failed_calls, 1, "it still counts as a failure");
 }
 
@@ -67,7 +70,11 @@ async fn throttled_failures_open_it_only_through_the_windows_rates() {
         assert_eq!(b.state(), State::Closed, "below minimum_number_of_calls");
     }
     call(&b, throttled(Duration::from_secs(1)));
-    assert_eq!(b.state(), State::Open, "4 of 4 failed: the window's verdict");
+    assert_eq!(
+        b.state(),
+        State::Open,
+        "4 of 4 failed: the window's verdict"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -93,14 +100,18 @@ async fn with_open_on_retry_after_one_throttled_failure_opens_it_for_everyone() 
     advance(Duration::from_secs(2)).await;
     assert!(b.try_acquire().is_ok(), "held exactly the Retry-After");
     assert!(subscription.flush(Duration::from_secs(10)));
-    assert!(seen.lock().unwrap().contains(&BreakerEvent::StateTransition {
-        name: Arc::from("dep"),
-        from: State::Closed,
-        to: State::Open,
-        reason: TransitionReason::RetryAfter {
-            hold: Duration::from_secs(2)
-        },
-    }));
+    assert!(
+        seen.lock()
+            .unwrap()
+            .contains(&BreakerEvent::StateTransition {
+                name: Arc::from("dep"),
+                from: State::Closed,
+                to: State::Open,
+                reason: TransitionReason::RetryAfter {
+                    hold: Duration::from_secs(2)
+                },
+            })
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -163,7 +174,10 @@ fn max_retry_after_hold_is_validated() {
         (Duration::ZERO, false),
         (Duration::from_millis(1), true),
         (Duration::from_secs(24 * 3600), true),
-        (Duration::from_secs(24 * 3600) + Duration::from_millis(1), false),
+        (
+            Duration::from_secs(24 * 3600) + Duration::from_millis(1),
+            false,
+        ),
         (Duration::MAX, false),
     ] {
         let result = Breaker::new("dep", BreakerConfig::default().max_retry_after_hold(hold));
@@ -341,9 +355,7 @@ async fn thirteen_percent_throttled_with_retry_after_leaves_95_percent_of_charge
         let (result, took) = task.await.unwrap();
         match result {
             Ok(()) if took <= Duration::from_secs(10) => ok += 1,
-            Err(PayError::Resilience(e)) if e.kind() == ErrorKind::BreakerOpen => {
-                breaker_open += 1
-            }
+            Err(PayError::Resilience(e)) if e.kind() == ErrorKind::BreakerOpen => breaker_open += 1,
             _ => {}
         }
     }

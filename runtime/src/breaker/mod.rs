@@ -432,9 +432,7 @@ impl BreakerPermit<'_> {
                 // broken or hostile server holds for `max_retry_after_hold`.
                 hold_until_ns: retry_after
                     .filter(|d| config.honor_retry_after && !d.is_zero())
-                    .map(|d| {
-                        now_ns.saturating_add(nanos(d.min(config.max_retry_after_hold)))
-                    }),
+                    .map(|d| now_ns.saturating_add(nanos(d.min(config.max_retry_after_hold)))),
             },
         };
         for t in breaker
