@@ -213,6 +213,14 @@ fn the_new_keys_are_read_from_toml() {
     assert_eq!(err.problems()[0].key(), "max_retry_after_hold_ms");
     let err = BreakerConfig::from_toml("dep", "open_on_retry_after = \"yes\"").unwrap_err();
     assert_eq!(err.problems()[0].key(), "open_on_retry_after");
+    let from_json: BreakerConfig =
+        serde_json::from_str(r#"{"open_on_retry_after": true, "max_retry_after_hold_ms": 90000}"#)
+            .unwrap();
+    assert_eq!(from_json, config);
+    let err = serde_json::from_str::<BreakerConfig>(r#"{"max_retry_after_hold_ms": -1}"#)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("max_retry_after_hold_ms"), "{err}");
 }
 
 // --- Open waits end exactly when configured ---

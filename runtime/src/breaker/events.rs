@@ -480,7 +480,9 @@ impl Subscription {
     /// (by any breaker sharing the hub) has been delivered, or `timeout` has
     /// passed; returns whether they were. Delivery is not synchronous with
     /// the calls (see [`EventHub`]); this is the way to wait for it, in tests
-    /// or before shutting down. A subscriber that blocks makes it time out.
+    /// or before shutting down. A subscriber that blocks makes it time out,
+    /// and so does a call from inside a subscriber (it would wait for
+    /// itself).
     pub fn flush(&self, timeout: Duration) -> bool {
         self.hub.upgrade().is_none_or(|hub| hub.flush(timeout))
     }

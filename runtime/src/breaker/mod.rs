@@ -453,3 +453,98 @@ impl Drop for BreakerPermit<'_> {
         }
     }
 }
+
+#[cfg(all(test, feature = "tracing"))]
+mod tests {
+    //! The log lines a transition writes, captured by a minimal subscriber
+    //! (the crate has no dependency on `tracing-subscriber`).
+
+    use std::fmt;
+    use std::sync::{Arc, Mutex};
+
+    use tracing::field::{Field, Visit};
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::{Event, Level, Metadata};
+
+    use super::*;
+    use crate::Classification;
+
+    type Lines = Arc<Mutex<Vec<(Level, Vec<(String, String)>)>>>;
+
+    struct Capture(Lines);
+
+    struct Fields(Vec<(String, String)>);
+
+    impl Visit for Fields {
+        fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+            self.0.push((field.name().to_owned(), format!("{value:?}")));
+        }
+    }
+
+    impl tracing::Subscriber for Capture {
+        fn enabled(&self, _: &Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &Attributes<'_>) -> Id {
+            Id::from_u64(1)
+        }
+        fn record(&self, _: &Id, _: &Record<'_>) {}
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+        fn event(&self, event: &Event<'_>) {
+            let mut fields = Fields(Vec::new());
+            event.record(&mut fields);
+            self.0
+                .lock()
+                .unwrap()
+                .push((*event.metadata().level(), fields.0));
+        }
+        fn enter(&self, _: &Id) {}
+        fn exit(&self, _: &Id) {}
+    }
+
+    fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
+        fields
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    #[test]
+    fn opening_logs_a_warning_with_its_reason_and_closing_an_info() {
+        let lines = Lines::default();
+        let config = BreakerConfig::default()
+            .sliding_window(SlidingWindow::CountBased { size: 4 })
+            .minimum_number_of_calls(4);
+        let breaker = Breaker::new("payments", config).unwrap();
+        tracing::subscriber::with_default(Capture(lines.clone()), || {
+            for _ in 0..4 {
+                breaker
+                    .try_acquire()
+                    .unwrap()
+                    .record(Some(Classification::Transient));
+            }
+            breaker.reset();
+        });
+        let lines = lines.lock().unwrap();
+        let transitions: Vec<_> = lines
+            .iter()
+            .filter(|(_, f)| field(f, "breaker") == Some("\"payments\""))
+            .collect();
+        assert_eq!(transitions.len(), 2, "{lines:?}");
+        let (level, opened) = transitions[0];
+        assert_eq!(*level, Level::WARN);
+        assert_eq!(field(opened, "from"), Some("closed"));
+        assert_eq!(field(opened, "to"), Some("open"));
+        assert_eq!(
+            field(opened, "reason"),
+            Some("failure rate 100.0 % over 4 calls >= threshold 50 %")
+        );
+        assert_eq!(field(opened, "rate"), Some("100.0"));
+        assert_eq!(field(opened, "threshold"), Some("50.0"));
+        assert_eq!(field(opened, "calls"), Some("4"));
+        let (level, closed) = transitions[1];
+        assert_eq!(*level, Level::INFO);
+        assert_eq!(field(closed, "to"), Some("closed"));
+        assert_eq!(field(closed, "reason"), Some("reset by hand"));
+    }
+}
