@@ -318,12 +318,7 @@ impl<C> Call<C> {
         let (result, frame_end) = match result {
             Ok((Ok(value), frame_end)) => {
                 admission.finish(Outcome::Success, end);
-                report::record(
-                    self.policy.function,
-                    number,
-                    AttemptOutcome::Succeeded,
-                    false,
-                );
+                self.record(number, AttemptOutcome::Succeeded, false);
                 (Ok(value), frame_end)
             }
             // A nested annotated call ended on this attempt's deadline,
