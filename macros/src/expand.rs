@@ -189,6 +189,32 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
         }
     }
 
+    // The function's names, recorded at link time so that a strict registry
+    // lacking one is refused at start-up (`Registry::check_names`).
+    let site = if args.breaker.is_some() || args.budget.is_some() || args.bulkhead.is_some() {
+        let names = [&args.breaker, &args.budget, &args.bulkhead].map(|name| match name {
+            Some(name) => {
+                let lit = &name.value;
+                quote!(::core::option::Option::Some(#lit))
+            }
+            None => quote!(::core::option::Option::None),
+        });
+        let [breaker, budget, bulkhead] = names;
+        let line = quote_spanned!(sig.ident.span()=> ::core::line!());
+        quote! {
+            #krate::__resilient_site!(#krate::__private::Site::new(
+                ::core::concat!(::core::module_path!(), "::", #name),
+                ::core::file!(),
+                #line,
+                #breaker,
+                #budget,
+                #bulkhead,
+            ));
+        }
+    } else {
+        TokenStream::new()
+    };
+
     let policy_ident = format_ident!("__RESILIENT_POLICY", span = Span::mixed_site());
     let call = if checked.reuses_arguments {
         let engine = quote_spanned! {ret_span=>
@@ -243,6 +269,7 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
         Delimiter::Brace,
         quote! {
             #(#checks)*
+            #site
             static #policy_ident: #krate::__private::Policy = #policy;
             #awaited
         },

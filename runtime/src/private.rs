@@ -6,6 +6,15 @@ pub use crate::engine::{Policy, once, retry};
 
 use crate::{Classification, Classify, Error, IdempotencyKey};
 
+// The link-time list of every annotated function's names, which
+// `Registry::check_names` reads (see `registry.rs`), and what the
+// `__resilient_site!` expansion needs to add to it.
+#[cfg(feature = "linkme")]
+pub use crate::registry::SITES;
+pub use crate::registry::Site;
+#[cfg(feature = "linkme")]
+pub use linkme;
+
 /// The task's give-up count before a call with a fallback.
 pub fn give_up_mark() -> u64 {
     crate::context::give_ups()
