@@ -141,6 +141,11 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
         ret.to_token_stream()
     };
 
+    // Each attempt's future: the body, in an `async move` block that knows
+    // the declared return type before it reads the body (see `attempt_block`).
+    let has_impl = ret.to_token_stream().to_string().contains("impl");
+    let attempt = attempt_block(&body, &destructures, (!has_impl).then_some(&**ret));
+
     let retries = args.retries.as_ref().map_or(0, |r| r.value);
     let classifier = match &args.classify {
         Some(path) => path.value.to_token_stream(),
@@ -220,7 +225,7 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
         let engine = quote_spanned! {ret_span=>
             #krate_at_ret::__private::retry::<#ret_hint, _, _, _>(&#policy_ident, #classifier, #krate_at_ret::__private::refusal_into::<#ret_hint>(), || {
                 #(#rebinds)*
-                async move { #(#destructures)* #body }
+                async move #attempt
             })
         };
         match &args.fallback {
@@ -258,7 +263,7 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
         }
     } else {
         quote_spanned! {ret_span=>
-            #krate_at_ret::__private::once::<#ret_hint, _, _, _>(&#policy_ident, #classifier, #krate_at_ret::__private::refusal_into::<#ret_hint>(), move || async move #body)
+            #krate_at_ret::__private::once::<#ret_hint, _, _, _>(&#policy_ident, #classifier, #krate_at_ret::__private::refusal_into::<#ret_hint>(), move || async move #attempt)
         }
     };
 
@@ -279,4 +284,60 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
         #(#attrs)*
         #vis #outer_sig #outer_body
     }
+}
+
+/// The block of an attempt's `async move`: the user's body, spliced into
+/// braces that carry the body's own span, after the pattern arguments'
+/// destructuring and an unreachable `return` of the declared type.
+///
+/// That `return` comes first, so the block's output type is the function's
+/// declared one before any of the body is checked: a mismatch inside the
+/// body (`return Err(io_error)` where the function says `PayError`, a tail
+/// of the wrong type) is reported as rustc's plain E0308 at the user's
+/// expression, as it would be without the attribute, instead of at the
+/// return type naming `{async block}` and the engine. `#[tracing::instrument]`
+/// does the same. The body's statements are spliced, not nested as a
+/// block, so a one-line body (`{ g().await }`) does not become `{ { … } }`,
+/// which rustc warns about (`unused_braces`) in the user's code; its inner
+/// attributes (`#![allow(…)]`) stay first.
+fn attempt_block(body: &Group, destructures: &[TokenStream], ret: Option<&syn::Type>) -> Group {
+    let tokens: Vec<TokenTree> = body.stream().into_iter().collect();
+    let mut inner_attrs = 0;
+    while let [
+        TokenTree::Punct(hash),
+        TokenTree::Punct(bang),
+        TokenTree::Group(g),
+        ..,
+    ] = &tokens[inner_attrs..]
+    {
+        if hash.as_char() != '#' || bang.as_char() != '!' || g.delimiter() != Delimiter::Bracket {
+            break;
+        }
+        inner_attrs += 3;
+    }
+    let (attrs, stmts) = tokens.split_at(inner_attrs);
+    let attrs: TokenStream = attrs.iter().cloned().collect();
+    let stmts: TokenStream = stmts.iter().cloned().collect();
+    let edge = ret.map(|ret| {
+        let value = format_ident!("__resilient_return", span = Span::mixed_site());
+        quote_spanned! {ret.span()=>
+            #[allow(
+                unreachable_code,
+                clippy::diverging_sub_expression,
+                clippy::let_unit_value,
+                clippy::unreachable,
+                clippy::needless_return
+            )]
+            if false {
+                let #value: #ret = ::core::unreachable!();
+                return #value;
+            }
+        }
+    });
+    let mut block = Group::new(
+        Delimiter::Brace,
+        quote! { #attrs #edge #(#destructures)* #stmts },
+    );
+    block.set_span(body.span());
+    block
 }

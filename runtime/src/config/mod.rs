@@ -156,8 +156,11 @@ impl fmt::Display for Problem {
                 write!(f, "[{table}] ")?;
             }
         }
+        let in_table = self.location.as_ref().is_some_and(|l| l.table.is_some());
         match &self.name {
             Some(name) => write!(f, "{} `{}`: ", self.section, name)?,
+            // `[registry] `unknown_names` = …`: the table says it all.
+            None if in_table => {}
             None => write!(f, "{}: ", self.section)?,
         }
         if !self.key.is_empty() {
