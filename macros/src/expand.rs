@@ -319,7 +319,13 @@ fn attempt_block(body: &Group, destructures: &[TokenStream], ret: Option<&syn::T
     let attrs: TokenStream = attrs.iter().cloned().collect();
     let stmts: TokenStream = stmts.iter().cloned().collect();
     let edge = ret.map(|ret| {
-        let value = format_ident!("__resilient_return", span = Span::mixed_site());
+        // Hygienic, but located at the return type: rustc's "return type
+        // inferred to be … here" then points at the signature, as its
+        // "expected … because of return type" does without the attribute.
+        let value = format_ident!(
+            "__resilient_return",
+            span = Span::mixed_site().located_at(ret.span())
+        );
         quote_spanned! {ret.span()=>
             #[allow(
                 unreachable_code,
