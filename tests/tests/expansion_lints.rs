@@ -112,6 +112,7 @@ impl Lookup for Service {
     }
 }
 
+#[allow(clippy::unused_async)]
 async fn dependency() -> Result<u32, PayError> {
     Ok(7)
 }

@@ -55,6 +55,7 @@ pub(crate) struct Location {
 
 impl Location {
     /// The line and column of byte `offset` of `text`.
+    #[cfg(feature = "toml")]
     pub(crate) fn at(text: &str, offset: usize, file: Option<&Arc<str>>) -> Self {
         let before = text.get(..offset).unwrap_or(text);
         let line_start = before.rfind('\n').map_or(0, |i| i + 1);
