@@ -150,8 +150,28 @@ async fn one_line_with_arguments(a: u32, (b, c): (u32, u32)) -> Result<u32, PayE
     Ok(a + b + c)
 }
 
+// The body's own inner attributes stay first in the block the expansion
+// builds around it.
+#[resilient(retries = 1, idempotent)]
+async fn inner_attribute(n: u32) -> Result<u32, PayError> {
+    #![allow(clippy::needless_return)]
+    return Ok(n);
+}
+
+struct Names(String);
+
+impl Names {
+    // A borrowed return type is stated inside each attempt too.
+    #[resilient(retries = 1, idempotent)]
+    async fn first(&self) -> Result<&str, PayError> {
+        Ok(&self.0)
+    }
+}
+
 #[tokio::test]
 async fn one_line_bodies_run() {
+    assert_eq!(inner_attribute(4).await.unwrap(), 4);
+    assert_eq!(Names("n".to_owned()).first().await.unwrap(), "n");
     assert_eq!(one_line_with_retries().await.unwrap(), 7);
     assert_eq!(one_line_with_fallback().await.unwrap(), 7);
     assert_eq!(one_line_with_both().await.unwrap(), 7);
