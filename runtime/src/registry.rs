@@ -439,8 +439,8 @@ pub struct FallbackSnapshot {
 /// everything at once and reports every problem.
 ///
 /// Settings come from two layers: code (the builder's methods) gives
-/// defaults, and configuration files ([`toml`](RegistryBuilder::toml),
-/// [`toml_file`](RegistryBuilder::toml_file)) override them, whatever the
+/// defaults, and configuration files (`toml` and `toml_file`, feature
+/// `toml`) override them, whatever the
 /// order of the calls. For a name both give, the file's configuration is
 /// used, whole: keys the file leaves out take the library's defaults, not
 /// the code's, so what runs is what the operator's file says. The same

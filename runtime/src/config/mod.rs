@@ -123,7 +123,7 @@ impl Problem {
         &self.reason
     }
     /// The file the setting was read from, when it was read from one
-    /// ([`RegistryBuilder::toml_file`](crate::RegistryBuilder::toml_file)).
+    /// (`RegistryBuilder::toml_file`, feature `toml`).
     pub fn file(&self) -> Option<&str> {
         self.location.as_ref()?.file.as_deref()
     }
