@@ -61,16 +61,21 @@ pub struct Settings {
     pub sample: Duration,
     /// Samples per case; the figure reported is their median.
     pub samples: usize,
+    /// Samples per thread when two threads run a case: more, since only
+    /// those taken while both threads were on a CPU count.
+    pub two_thread_samples: usize,
     /// Whether this is the smoke run's setting (said in the output).
     pub quick: bool,
 }
 
 impl Settings {
-    /// The full run: 1 ms samples, 201 of them, after 200 ms of warm-up.
+    /// The full run: 1 ms samples, 201 of them (2001 per thread on two
+    /// threads), after 200 ms of warm-up.
     pub const FULL: Settings = Settings {
         warm_up: Duration::from_millis(200),
         sample: Duration::from_millis(1),
         samples: 201,
+        two_thread_samples: 2001,
         quick: false,
     };
 
@@ -80,6 +85,7 @@ impl Settings {
         warm_up: Duration::from_millis(10),
         sample: Duration::from_micros(200),
         samples: 11,
+        two_thread_samples: 51,
         quick: true,
     };
 
@@ -93,8 +99,32 @@ impl Settings {
     }
 }
 
+/// One sample: when it ran (wall clock) and the CPU time it took.
+#[derive(Debug, Clone, Copy)]
+pub struct Sample {
+    /// Wall-clock start.
+    pub start: Instant,
+    /// Wall-clock end.
+    pub end: Instant,
+    /// CPU nanoseconds of the calling thread over the sample.
+    pub cpu_ns: f64,
+    /// CPU nanoseconds per call.
+    pub ns_per_call: f64,
+}
+
+impl Sample {
+    fn wall_ns(&self) -> f64 {
+        (self.end - self.start).as_nanos() as f64
+    }
+
+    /// The thread was on a CPU for nearly all of the sample.
+    fn on_cpu(&self) -> bool {
+        self.cpu_ns >= 0.9 * self.wall_ns()
+    }
+}
+
 /// What one thread measured for one case.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Timing {
     /// Median over the samples of CPU nanoseconds per call.
     pub median_ns: f64,
@@ -107,27 +137,63 @@ pub struct Timing {
     /// Heap allocations per call, counted over one sample's worth of calls
     /// after warm-up (only meaningful when no other thread allocates).
     pub allocs_per_call: f64,
-    /// CPU nanoseconds the samples took, all together.
-    pub sampling_cpu_ns: f64,
-    /// Wall-clock start and end of the samples: with the CPU time, they
-    /// tell whether two threads really ran at the same time.
-    pub sampling_wall: Option<(Instant, Instant)>,
+    /// Every sample, in the order taken.
+    pub samples: Vec<Sample>,
+}
+
+/// The median of `xs` (the upper one of an even count), `NaN` if empty.
+pub fn median(mut xs: Vec<f64>) -> f64 {
+    if xs.is_empty() {
+        return f64::NAN;
+    }
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
 }
 
 /// How many of the threads ran at once, on average, while they sampled:
 /// their CPU time over the wall-clock time from the first start to the last
-/// end. `2.0` means two threads on two cores the whole time; near `1.0`
-/// means they mostly took turns (other processes held a core), so a
-/// two-thread figure shows less contention than a quiet machine would.
+/// end. `2.0` means two threads on two cores the whole time; near `1.0` or
+/// below, they mostly took turns with each other and other processes, and
+/// met less contention than on a quiet machine.
 pub fn parallelism(timings: &[Timing]) -> f64 {
-    let cpu: f64 = timings.iter().map(|t| t.sampling_cpu_ns).sum();
-    let walls = timings.iter().filter_map(|t| t.sampling_wall);
-    let start = walls.clone().map(|w| w.0).min();
-    let end = walls.map(|w| w.1).max();
+    let all = timings.iter().flat_map(|t| t.samples.iter());
+    let cpu: f64 = all.clone().map(|s| s.cpu_ns).sum();
+    let start = all.clone().map(|s| s.start).min();
+    let end = all.map(|s| s.end).max();
     match (start, end) {
         (Some(s), Some(e)) if e > s => cpu / (e - s).as_nanos() as f64,
         _ => f64::NAN,
     }
+}
+
+/// The samples of `mine` taken while the other thread was running too:
+/// `mine`'s sample was on a CPU for 90 % of its wall time, and samples of
+/// `other`'s that were on a CPU cover 90 % of that wall time. On a machine
+/// whose cores are taken by other processes, these are the samples that
+/// saw the contention two threads cause; their median is the two-thread
+/// figure, reported with their count.
+pub fn concurrent_samples(mine: &Timing, other: &Timing) -> Vec<f64> {
+    let running: Vec<&Sample> = other.samples.iter().filter(|s| s.on_cpu()).collect();
+    mine.samples
+        .iter()
+        .filter(|s| s.on_cpu())
+        .filter(|s| {
+            let covered: f64 = running
+                .iter()
+                .map(|o| {
+                    let from = o.start.max(s.start);
+                    let to = o.end.min(s.end);
+                    if to > from {
+                        (to - from).as_nanos() as f64
+                    } else {
+                        0.0
+                    }
+                })
+                .sum();
+            covered >= 0.9 * s.wall_ns()
+        })
+        .map(|s| s.ns_per_call)
+        .collect()
 }
 
 fn cpu_ns(since: &ThreadTime) -> f64 {
@@ -135,14 +201,15 @@ fn cpu_ns(since: &ThreadTime) -> f64 {
 }
 
 /// Warms `call` up, then returns the median and minimum CPU time per call
-/// over `settings.samples` samples, and the allocations per call seen by
-/// `alloc` over one sample's worth of calls.
+/// over `samples` samples, and the allocations per call seen by `alloc`
+/// over one sample's worth of calls.
 ///
 /// `sync(phase)` runs at three points: `0` after warm-up, before the
 /// allocation count; `1` after it; `2` before the samples. Two threads use
 /// it (a barrier) to count allocations and to sample at the same time.
 pub fn measure<F: FnMut(u64) -> u64>(
     settings: &Settings,
+    samples: usize,
     alloc: &'static StatsAlloc<System>,
     sync: &dyn Fn(u8),
     mut call: F,
@@ -172,27 +239,29 @@ pub fn measure<F: FnMut(u64) -> u64>(
     let allocs = region.change().allocations as f64 / iters as f64;
     sync(1);
 
-    let mut per_sample = Vec::with_capacity(settings.samples);
+    let mut taken = Vec::with_capacity(samples);
     sync(2);
-    let wall = Instant::now();
-    let all = ThreadTime::now();
-    for _ in 0..settings.samples {
+    for _ in 0..samples {
+        let start = Instant::now();
         let t = ThreadTime::now();
         for i in 0..iters {
             black_box(call(black_box(i)));
         }
-        per_sample.push(cpu_ns(&t) / iters as f64);
+        let cpu = cpu_ns(&t);
+        taken.push(Sample {
+            start,
+            end: Instant::now(),
+            cpu_ns: cpu,
+            ns_per_call: cpu / iters as f64,
+        });
     }
-    let sampling_cpu_ns = cpu_ns(&all);
-    let sampling_wall = Some((wall, Instant::now()));
-    per_sample.sort_by(f64::total_cmp);
+    let per_call: Vec<f64> = taken.iter().map(|s| s.ns_per_call).collect();
     Timing {
-        sampling_cpu_ns,
-        sampling_wall,
-        median_ns: per_sample[per_sample.len() / 2],
-        min_ns: per_sample[0],
+        median_ns: median(per_call.clone()),
+        min_ns: per_call.iter().copied().fold(f64::INFINITY, f64::min),
         iters_per_sample: iters,
         allocs_per_call: allocs,
+        samples: taken,
     }
 }
 
