@@ -299,10 +299,10 @@ pub fn locked_versions(lockfile: &str, crates: &[&str]) -> String {
     for line in lockfile.lines() {
         if let Some(n) = line.strip_prefix("name = ") {
             name = Some(n.trim_matches('"'));
-        } else if let (Some(v), Some(n)) = (line.strip_prefix("version = "), name.take()) {
-            if crates.contains(&n) {
-                found.push((n.to_owned(), v.trim_matches('"').to_owned()));
-            }
+        } else if let (Some(v), Some(n)) = (line.strip_prefix("version = "), name.take())
+            && crates.contains(&n)
+        {
+            found.push((n.to_owned(), v.trim_matches('"').to_owned()));
         }
     }
     let mut out = String::new();
