@@ -61,21 +61,25 @@ pub struct Settings {
     pub sample: Duration,
     /// Samples per case; the figure reported is their median.
     pub samples: usize,
-    /// Samples per thread when two threads run a case: more, since only
-    /// those taken while both threads were on a CPU count.
+    /// Samples per thread when two threads run a case: shorter and more,
+    /// since only those taken while both threads were on a CPU count, and
+    /// on a loaded machine short windows are what two threads share.
     pub two_thread_samples: usize,
+    /// CPU time one two-thread sample aims at.
+    pub two_thread_sample: Duration,
     /// Whether this is the smoke run's setting (said in the output).
     pub quick: bool,
 }
 
 impl Settings {
-    /// The full run: 1 ms samples, 201 of them (2001 per thread on two
-    /// threads), after 200 ms of warm-up.
+    /// The full run: 1 ms samples, 201 of them (20001 of 100 µs per thread
+    /// on two threads), after 200 ms of warm-up.
     pub const FULL: Settings = Settings {
         warm_up: Duration::from_millis(200),
         sample: Duration::from_millis(1),
         samples: 201,
-        two_thread_samples: 2001,
+        two_thread_samples: 20001,
+        two_thread_sample: Duration::from_micros(100),
         quick: false,
     };
 
@@ -85,7 +89,8 @@ impl Settings {
         warm_up: Duration::from_millis(10),
         sample: Duration::from_micros(200),
         samples: 11,
-        two_thread_samples: 51,
+        two_thread_samples: 501,
+        two_thread_sample: Duration::from_micros(50),
         quick: true,
     };
 
@@ -200,15 +205,16 @@ fn cpu_ns(since: &ThreadTime) -> f64 {
     since.elapsed().as_nanos() as f64
 }
 
-/// Warms `call` up, then returns the median and minimum CPU time per call
-/// over `samples` samples, and the allocations per call seen by `alloc`
-/// over one sample's worth of calls.
+/// Warms `call` up for `warm_up`, then returns the median and minimum CPU
+/// time per call over `samples` samples of about `sample` each, and the
+/// allocations per call seen by `alloc` over one sample's worth of calls.
 ///
 /// `sync(phase)` runs at three points: `0` after warm-up, before the
 /// allocation count; `1` after it; `2` before the samples. Two threads use
 /// it (a barrier) to count allocations and to sample at the same time.
 pub fn measure<F: FnMut(u64) -> u64>(
-    settings: &Settings,
+    warm_up: Duration,
+    sample: Duration,
     samples: usize,
     alloc: &'static StatsAlloc<System>,
     sync: &dyn Fn(u8),
@@ -217,7 +223,7 @@ pub fn measure<F: FnMut(u64) -> u64>(
     // Warm up, and learn roughly what a call costs.
     let warm = ThreadTime::now();
     let mut calls = 0u64;
-    let warm_ns = settings.warm_up.as_nanos() as f64;
+    let warm_ns = warm_up.as_nanos() as f64;
     loop {
         for i in 0..1000 {
             black_box(call(black_box(i)));
@@ -228,7 +234,7 @@ pub fn measure<F: FnMut(u64) -> u64>(
         }
     }
     let per_call = (cpu_ns(&warm) / calls as f64).max(0.1);
-    let iters = ((settings.sample.as_nanos() as f64 / per_call) as u64).max(100);
+    let iters = ((sample.as_nanos() as f64 / per_call) as u64).max(100);
 
     // Allocations, counted before the samples' vector exists.
     sync(0);
