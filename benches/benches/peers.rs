@@ -465,6 +465,26 @@ fn install_registry() -> Result<(), Box<dyn StdError>> {
     Ok(())
 }
 
+/// The resilient cases really went through the configured breaker "bench",
+/// and it stayed closed: otherwise the figures would be of another path.
+fn check_breaker() -> Result<(), Box<dyn StdError>> {
+    let snap = Registry::global()
+        .breaker("bench")
+        .ok_or("the breaker `bench` is not in the global registry")?
+        .snapshot();
+    if snap.state != resilient::State::Closed
+        || snap.buffered_calls == 0
+        || snap.failed_calls != 0
+        || snap.not_permitted_calls != 0
+    {
+        return Err(format!(
+            "the breaker `bench` was not a closed breaker seeing successes: {snap:?}"
+        )
+        .into());
+    }
+    Ok(())
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -660,6 +680,9 @@ fn main() -> Result<(), Box<dyn StdError>> {
         let rt = runtime();
         let _guard = rt.enter();
         (c.run)(Mode::Iters(iters));
+        if c.id.starts_with("resilient_breaker") || c.id.starts_with("resilient_full") {
+            check_breaker()?;
+        }
         return Ok(());
     }
 
@@ -692,6 +715,8 @@ fn main() -> Result<(), Box<dyn StdError>> {
         ]);
         one.insert(c.id, t);
     }
+
+    check_breaker()?;
 
     // Two threads: each thread's median over the samples it took while the
     // other ran too (see `concurrent_samples`); too few such samples and
@@ -767,6 +792,8 @@ fn main() -> Result<(), Box<dyn StdError>> {
         fmt_ratio(ratio),
         format!("≤ {target}x ({met})"),
     ]);
+
+    check_breaker()?;
 
     let out = format!(
         "{}\nTime per call: median over {} samples of the calling thread's CPU time \
