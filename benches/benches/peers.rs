@@ -10,7 +10,7 @@
 //! an atomic) are measured again on two threads at once.
 //!
 //! ```text
-//! cargo bench -p resilient-benches --bench peers            # full run, ~1 min
+//! cargo bench -p resilient-benches --bench peers            # full run, 1-3 min
 //! PEERS_QUICK=1 cargo bench -p resilient-benches --bench peers   # smoke run
 //! PEERS_MD=target/peers.md cargo bench ...                   # Markdown copy
 //! PEERS_LIST=1 <bench binary>                                # case ids
