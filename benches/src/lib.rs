@@ -56,8 +56,8 @@ pub struct Settings {
     /// predictors, lazily created state, the CPU's frequency).
     pub warm_up: Duration,
     /// CPU time one sample aims at. The thread CPU clock ticks in
-    /// nanoseconds but one read costs a system call (about 0.3-1 µs here),
-    /// so a sample must be long next to that.
+    /// nanoseconds, but a read of it is a system call (the vDSO does not
+    /// serve it), so a sample must be long next to that.
     pub sample: Duration,
     /// Samples per case; the figure reported is their median.
     pub samples: usize,
