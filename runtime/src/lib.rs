@@ -1,5 +1,6 @@
 #![doc = include_str!("docs/crate.md")]
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 mod backoff;
@@ -22,6 +23,14 @@ mod breaker;
 mod budget;
 mod bulkhead;
 mod throttle;
+
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub mod http;
+
+#[cfg(feature = "grpc")]
+#[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
+pub mod grpc;
 
 #[doc(hidden)]
 #[path = "private.rs"]
