@@ -32,6 +32,22 @@ pub mod http;
 #[cfg_attr(docsrs, doc(cfg(feature = "grpc")))]
 pub mod grpc;
 
+#[cfg(feature = "reqwest")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
+pub mod reqwest;
+
+#[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
+pub mod tower;
+
+#[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+pub mod axum;
+
+#[cfg(feature = "tonic")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tonic")))]
+pub mod tonic;
+
 #[doc(hidden)]
 #[path = "private.rs"]
 pub mod __private;

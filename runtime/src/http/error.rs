@@ -56,12 +56,13 @@ enum Repr {
     Transport {
         source: BoxError,
         stage: Stage,
+        timeout: bool,
     },
     Refused(crate::Error),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Stage {
+pub(crate) enum Stage {
     /// Failed before the request left: it cannot have taken effect.
     NotSent,
     /// Failed after the request (or part of it) was written: the answer was
@@ -127,7 +128,32 @@ impl Error {
     }
 
     fn transport(source: BoxError, stage: Stage) -> Self {
-        Self::new(Repr::Transport { source, stage })
+        let timeout = {
+            let mut e: Option<&(dyn std::error::Error + 'static)> = Some(&*source);
+            let mut found = false;
+            while let Some(err) = e {
+                if err
+                    .downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+                {
+                    found = true;
+                    break;
+                }
+                e = err.source();
+            }
+            found
+        };
+        Self::transport_with(source, stage, timeout)
+    }
+
+    /// For client integrations that know better than the source chain
+    /// whether the failure was a timeout.
+    pub(crate) fn transport_with(source: BoxError, stage: Stage, timeout: bool) -> Self {
+        Self::new(Repr::Transport {
+            source,
+            stage,
+            timeout,
+        })
     }
 
     /// The response's status, for an unsuccessful response.
@@ -204,18 +230,7 @@ impl Error {
                 e.kind(),
                 crate::ErrorKind::DeadlineExceeded | crate::ErrorKind::AttemptTimedOut
             ),
-            Repr::Transport { source, .. } => {
-                let mut e: Option<&(dyn std::error::Error + 'static)> = Some(&**source);
-                while let Some(err) = e {
-                    if let Some(io) = err.downcast_ref::<std::io::Error>() {
-                        if io.kind() == std::io::ErrorKind::TimedOut {
-                            return true;
-                        }
-                    }
-                    e = err.source();
-                }
-                false
-            }
+            Repr::Transport { timeout, .. } => *timeout,
         }
     }
 
@@ -272,9 +287,14 @@ impl fmt::Debug for Error {
                 .field("headers", headers)
                 .field("body", body)
                 .finish(),
-            Repr::Transport { source, stage } => f
+            Repr::Transport {
+                source,
+                stage,
+                timeout,
+            } => f
                 .debug_struct("Error")
                 .field("stage", stage)
+                .field("timeout", timeout)
                 .field("source", source)
                 .finish(),
             Repr::Refused(e) => f.debug_tuple("Error").field(e).finish(),
@@ -292,7 +312,7 @@ impl fmt::Display for Error {
                 }
                 Ok(())
             }
-            Repr::Transport { source, stage } => {
+            Repr::Transport { source, stage, .. } => {
                 let what = match stage {
                     Stage::NotSent => "request not sent",
                     Stage::AfterSend => "request sent, answer lost",

@@ -41,6 +41,8 @@ use std::time::Duration;
 
 use ::http::{HeaderMap, HeaderName, HeaderValue};
 
+#[cfg(feature = "reqwest")]
+pub(crate) use error::Stage;
 pub use error::{Error, classify_retrying_500};
 pub use problem::{PROBLEM_JSON, refusal_response, refusal_status};
 pub use retry_after::{parse_retry_after, retry_after};
@@ -116,9 +118,7 @@ fn parse_budget_ms(v: &[u8]) -> Option<Duration> {
     if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    let ms = v
-        .iter()
-        .fold(0u64, |n, &d| n * 10 + u64::from(d - b'0'));
+    let ms = v.iter().fold(0u64, |n, &d| n * 10 + u64::from(d - b'0'));
     Some(Duration::from_millis(ms))
 }
 
