@@ -25,7 +25,8 @@
 //! |---|---|---|
 //! | connecting (`is_connect`, including a connect timeout) | transient | no: nothing was sent |
 //! | timeout, reset or other failure after connecting (`is_timeout`, `is_request`, `is_body`) | transient | yes: the request may have arrived |
-//! | a success body that does not decode (`is_decode`), a redirect loop | permanent | yes |
+//! | a success body that arrived whole but does not decode (`is_decode`), a redirect loop | permanent | yes |
+//! | a body cut short while reading it (`is_decode` or `is_body` with an I/O cause) | transient | yes |
 //! | an unbuildable request (`is_builder`) | permanent | no |
 //! | `error_for_status` (`is_status`) | by its status (its headers are lost: prefer [`ResponseExt::check_status`]) | by its status |
 
@@ -45,7 +46,7 @@ fn stage(e: &::reqwest::Error) -> Stage {
         Stage::InvalidRequest
     } else if e.is_connect() {
         Stage::NotSent
-    } else if e.is_decode() || e.is_redirect() {
+    } else if (e.is_decode() && !broke_in_transit(e)) || e.is_redirect() {
         Stage::InvalidResponse
     } else {
         // Timeouts, resets and body errors after connecting: whether the
@@ -53,6 +54,20 @@ fn stage(e: &::reqwest::Error) -> Stage {
         // have (the safe side for a charge).
         Stage::AfterSend
     }
+}
+
+/// reqwest reports a body cut short while `text()` or `json()` read it as
+/// a decode error; the I/O error in its chain tells it from a body that
+/// arrived whole and did not parse.
+fn broke_in_transit(e: &::reqwest::Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(err) = source {
+        if err.is::<std::io::Error>() {
+            return true;
+        }
+        source = err.source();
+    }
+    false
 }
 
 /// Converts by [reqwest's error kinds](self): whether it was sent, whether
