@@ -13,67 +13,45 @@ use tokio::task::futures::TaskLocalFuture;
 use tokio::time::{Instant, Sleep};
 
 use crate::__private::ReturnsResult;
-use crate::context::RetryScope;
+use crate::frame::{Frame, FrameEnd, InFrame};
 
 pin_project! {
-    /// The body's future, run with the task's deadline set to `deadline`
-    /// and cancelled when it passes.
+    /// The body's future, run in its attempt's frame with the task's
+    /// deadline set to `deadline`, and cancelled when that passes.
     pub(crate) struct Bounded<F> {
         #[pin]
-        fut: TaskLocalFuture<Option<Instant>, F>,
+        fut: InFrame<TaskLocalFuture<Option<Instant>, F>>,
         #[pin]
         sleep: Option<Sleep>,
     }
 }
 
-/// The attempt's deadline passed before the body finished.
-pub(crate) struct Elapsed;
-
 impl<F: Future> Bounded<F> {
-    pub(crate) fn new(deadline: Option<Instant>, fut: F) -> Self {
+    pub(crate) fn new(deadline: Option<Instant>, frame: Frame, fut: F) -> Self {
         Bounded {
-            fut: crate::context::scope_deadline(deadline, fut),
-            sleep: deadline.map(tokio::time::sleep_until),
+            fut: InFrame::new(frame, crate::context::scope_deadline(deadline, fut)),
+            sleep: deadline.map(|d| tokio::time::sleep_until(crate::context::timer_at(d))),
         }
     }
 }
 
 impl<F: Future> Future for Bounded<F> {
-    type Output = Result<F::Output, Elapsed>;
+    /// The body's output, or `Err` when the deadline passed first; with
+    /// what the attempt's frame collected either way.
+    type Output = Result<(F::Output, FrameEnd), FrameEnd>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
+        let mut this = self.project();
         // The body first: a body that is ready never registers a timer.
-        if let Poll::Ready(v) = this.fut.poll(cx) {
+        if let Poll::Ready(v) = this.fut.as_mut().poll(cx) {
             return Poll::Ready(Ok(v));
         }
         match this.sleep.as_pin_mut() {
             Some(sleep) => {
                 ready!(sleep.poll(cx));
-                Poll::Ready(Err(Elapsed))
+                Poll::Ready(Err(this.fut.cancel()))
             }
             None => Poll::Pending,
-        }
-    }
-}
-
-pin_project! {
-    /// The engine's future, inside a new retry scope only if the task has
-    /// none yet (the outermost retrying layer opens it).
-    #[project = MaybeScopedProj]
-    pub(crate) enum MaybeScoped<F> {
-        Plain { #[pin] fut: F },
-        Scoped { #[pin] fut: TaskLocalFuture<RetryScope, F> },
-    }
-}
-
-impl<F: Future> Future for MaybeScoped<F> {
-    type Output = F::Output;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        match self.project() {
-            MaybeScopedProj::Plain { fut } => fut.poll(cx),
-            MaybeScopedProj::Scoped { fut } => fut.poll(cx),
         }
     }
 }
