@@ -95,6 +95,13 @@ impl Classify for ::reqwest::Error {
             Stage::InvalidRequest | Stage::InvalidResponse => Classification::Permanent,
         }
     }
+
+    fn may_have_taken_effect(&self) -> bool {
+        if let Some(status) = self.status().filter(|_| self.is_status()) {
+            return Error::from_status(status, HeaderMap::new()).may_have_taken_effect();
+        }
+        matches!(stage(self), Stage::AfterSend | Stage::InvalidResponse)
+    }
 }
 
 mod sealed {

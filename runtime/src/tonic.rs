@@ -42,6 +42,10 @@ impl Classify for Status {
         });
         classify_code(self.code() as i32, pushback).unwrap_or(Classification::Permanent)
     }
+
+    fn may_have_taken_effect(&self) -> bool {
+        status_may_have_taken_effect(self)
+    }
 }
 
 /// `true` for the codes after which the server may have done the work:
@@ -49,8 +53,7 @@ impl Classify for Status {
 /// or the call was cut), `UNKNOWN`, `INTERNAL` and `DATA_LOSS` (the server
 /// failed while processing). The other codes are refusals before
 /// processing or results of it.
-#[allow(dead_code)] // wired to `Classify::may_have_taken_effect` once it lands on main
-pub(crate) fn status_may_have_taken_effect(status: &Status) -> bool {
+fn status_may_have_taken_effect(status: &Status) -> bool {
     matches!(
         status.code(),
         Code::DeadlineExceeded | Code::Cancelled | Code::Unknown | Code::Internal | Code::DataLoss

@@ -118,7 +118,7 @@ where
         }
         let handler = self.inner.call(request);
         Box::pin(async move {
-            let observed = pre_merge::observe(handler);
+            let observed = crate::observe(handler);
             let (result, report) = match budget {
                 Some(budget) => match crate::with_deadline(budget, observed).await {
                     Ok(done) => done,
@@ -179,17 +179,4 @@ fn deadline_passed<B>(grpc: bool) -> Response<ResponseBody<B>> {
     let refusal = crate::http::refusal_response(&crate::Error::deadline_exceeded());
     debug_assert_eq!(refusal.status(), StatusCode::GATEWAY_TIMEOUT);
     refusal.map(|body| Either::Right(Full::new(Bytes::from(body))))
-}
-
-// TEMPORARY until `resilient::observe` lands on main (SHARED_API.md).
-mod pre_merge {
-    pub(super) struct Report;
-    impl Report {
-        pub(super) fn gave_up(&self) -> bool {
-            false
-        }
-    }
-    pub(super) async fn observe<F: std::future::Future>(fut: F) -> (F::Output, Report) {
-        (fut.await, Report)
-    }
 }

@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use resilient::http::Error;
-use resilient::reqwest::{RequestBuilderExt, ResponseExt};
+use resilient::reqwest::RequestBuilderExt;
 use resilient::{Classification, Classify, IdempotencyKey, resilient};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;

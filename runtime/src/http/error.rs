@@ -259,6 +259,11 @@ impl Classify for Error {
     fn classify(&self) -> Classification {
         self.classify_with(StatusPolicy::DEFAULT)
     }
+
+    /// See [`Error::may_have_taken_effect`].
+    fn may_have_taken_effect(&self) -> bool {
+        Error::may_have_taken_effect(self)
+    }
 }
 
 /// Like `Error`'s [`Classify`], but with `500 Internal Server Error`
