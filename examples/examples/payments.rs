@@ -17,7 +17,7 @@
 //! out, which were in fact made (looked up by their idempotency key).
 //!
 //! Run with `cargo run -p resilient-examples --example payments`
-//! (optionally `-- CHARGES`, default 300).
+//! (optionally `-- CHARGES`, default 400: one every 25 ms, about 12 s).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use resilient::{BreakerEvent, IdempotencyKey, Registry};
+use resilient::{AttemptOutcome, BreakerEvent, IdempotencyKey, Registry};
 
 /// What a newcomer writes to call the provider resiliently: everything
 /// here is the client's glue (counted in the closing note of issue 8).
@@ -35,13 +35,18 @@ mod client {
     use resilient::resilient;
 
     #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-    pub struct Receipt {
-        pub id: u64,
-        pub cents: u64,
+    pub(crate) struct Receipt {
+        pub(crate) id: u64,
+        pub(crate) cents: u64,
     }
 
-    #[resilient(retries = 3, breaker = "payments", deadline_ms = 12000, timeout_ms = 1000)]
-    pub async fn charge(
+    #[resilient(
+        retries = 3,
+        breaker = "payments",
+        deadline_ms = 12000,
+        timeout_ms = 1000
+    )]
+    pub(crate) async fn charge(
         http: &reqwest::Client,
         base: &str,
         key: &IdempotencyKey,
@@ -58,7 +63,7 @@ mod client {
 
     /// Reconciliation: was the charge with this key made?
     #[resilient(retries = 3, deadline_ms = 5000, timeout_ms = 1000, idempotent)]
-    pub async fn find_charge(
+    pub(crate) async fn find_charge(
         http: &reqwest::Client,
         base: &str,
         key: &IdempotencyKey,
@@ -70,7 +75,7 @@ mod client {
         Ok(Some(response.check_status().await?.json().await?))
     }
 
-    pub fn load_registry() -> Result<(), Box<dyn std::error::Error>> {
+    pub(crate) fn load_registry() -> Result<(), Box<dyn std::error::Error>> {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/payments.toml");
         resilient::Registry::builder()
             .toml_file(path)?
@@ -99,41 +104,41 @@ mod provider {
 
     /// Shares of requests that meet each fault, in percent.
     #[derive(Debug, Clone, Copy)]
-    pub struct Faults {
-        pub unavailable_retry_after_secs: u32,
-        pub too_many_retry_after_date: u32,
-        pub slow_after_charging: u32,
-        pub drop_before_charging: u32,
-        pub drop_after_charging: u32,
+    pub(crate) struct Faults {
+        pub(crate) unavailable_retry_after_secs: u32,
+        pub(crate) too_many_retry_after_date: u32,
+        pub(crate) slow_after_charging: u32,
+        pub(crate) drop_before_charging: u32,
+        pub(crate) drop_after_charging: u32,
         /// Every request fails with 503 (no `Retry-After`) in this window
         /// of the run.
-        pub outage: (Duration, Duration),
+        pub(crate) outage: (Duration, Duration),
         /// How long a slow answer takes (past the client's `timeout_ms`).
-        pub slow: Duration,
+        pub(crate) slow: Duration,
     }
 
-    pub const FAULTS: Faults = Faults {
+    pub(crate) const FAULTS: Faults = Faults {
         unavailable_retry_after_secs: 4,
         too_many_retry_after_date: 4,
         slow_after_charging: 3,
         drop_before_charging: 3,
         drop_after_charging: 3,
-        outage: (Duration::from_secs(3), Duration::from_secs(6)),
+        outage: (Duration::from_secs(4), Duration::from_secs(7)),
         slow: Duration::from_millis(1500),
     };
 
-    pub struct Provider {
+    pub(crate) struct Provider {
         started: Instant,
         faults: Faults,
         next_id: AtomicU32,
-        pub requests: AtomicU32,
+        pub(crate) requests: AtomicU32,
         /// Receipts by idempotency key, and how many times each key's
         /// charge was carried out (more than once is a double charge).
-        pub charges: Mutex<HashMap<String, (Receipt, u32)>>,
+        pub(crate) charges: Mutex<HashMap<String, (Receipt, u32)>>,
     }
 
     impl Provider {
-        pub fn new(faults: Faults) -> Arc<Self> {
+        pub(crate) fn new(faults: Faults) -> Arc<Self> {
             Arc::new(Provider {
                 started: Instant::now(),
                 faults,
@@ -157,7 +162,7 @@ mod provider {
         }
     }
 
-    pub fn router(provider: Arc<Provider>) -> axum::Router {
+    pub(crate) fn router(provider: Arc<Provider>) -> axum::Router {
         axum::Router::new()
             .route("/charges", axum::routing::post(charge))
             .route("/charges/{key}", axum::routing::get(lookup))
@@ -170,10 +175,7 @@ mod provider {
         Json(cents): Json<u64>,
     ) -> Response {
         p.requests.fetch_add(1, Ordering::Relaxed);
-        let Some(key) = headers
-            .get("idempotency-key")
-            .and_then(|v| v.to_str().ok())
-        else {
+        let Some(key) = headers.get("idempotency-key").and_then(|v| v.to_str().ok()) else {
             return (StatusCode::BAD_REQUEST, "Idempotency-Key required").into_response();
         };
         let at = p.started.elapsed();
@@ -188,7 +190,11 @@ mod provider {
             yes
         };
         if hit(f.unavailable_retry_after_secs) {
-            return (StatusCode::SERVICE_UNAVAILABLE, [(header::RETRY_AFTER, "1")]).into_response();
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [(header::RETRY_AFTER, "1")],
+            )
+                .into_response();
         }
         if hit(f.too_many_retry_after_date) {
             let date = http_date(SystemTime::now() + Duration::from_secs(1));
@@ -283,13 +289,17 @@ struct Tally {
     results: Mutex<Vec<(String, Outcome, usize, String)>>,
 }
 
-const CONCURRENCY: u32 = 16;
+/// Charges in flight at most, and how often a new one starts.
+const CONCURRENCY: u32 = 32;
+const PACE: Duration = Duration::from_millis(25);
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let charges: u32 = match std::env::args().nth(1) {
-        Some(n) => n.parse().map_err(|_| format!("CHARGES must be a number, not {n:?}"))?,
-        None => 300,
+        Some(n) => n
+            .parse()
+            .map_err(|_| format!("CHARGES must be a number, not {n:?}"))?,
+        None => 400,
     };
     client::load_registry()?;
 
@@ -310,7 +320,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let provider = provider::Provider::new(provider::FAULTS);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr: SocketAddr = listener.local_addr()?;
-    let server = tokio::spawn(axum::serve(listener, provider::router(provider.clone())).into_future());
+    let server =
+        tokio::spawn(axum::serve(listener, provider::router(provider.clone())).into_future());
     let base = format!("http://{addr}");
     let f = provider::FAULTS;
     println!(
@@ -334,12 +345,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for _ in 0..CONCURRENCY {
         let (http, base, tally, next) = (http.clone(), base.clone(), tally.clone(), next.clone());
         workers.push(tokio::spawn(async move {
-            while next.fetch_add(1, Ordering::Relaxed) < charges {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= charges {
+                    break;
+                }
+                tokio::time::sleep_until((started + PACE * i).into()).await;
                 let key = IdempotencyKey::random();
                 let cents = fastrand::u64(100..10_000);
                 let (result, report) =
                     resilient::observe(client::charge(&http, &base, &key, cents)).await;
-                let attempts = report.attempts().len();
+                // Attempts that reached the provider (not refused locally).
+                let attempts = report
+                    .attempts()
+                    .iter()
+                    .filter(|a| !matches!(a.outcome, AttemptOutcome::Refused(_)))
+                    .count();
                 let (outcome, error) = match result {
                     Ok(_) => (Outcome::Charged, String::new()),
                     Err(e) if !report.may_have_taken_effect() => {
@@ -353,15 +374,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                         Err(_) => (Outcome::Unknown, e.to_string()),
                     },
                 };
-                let counter = if outcome == Outcome::Charged { &tally.charged } else { &tally.failed };
+                let counter = if outcome == Outcome::Charged {
+                    &tally.charged
+                } else {
+                    &tally.failed
+                };
                 counter.fetch_add(1, Ordering::Relaxed);
                 tally.attempts.fetch_add(attempts as u64, Ordering::Relaxed);
                 tally.done.fetch_add(1, Ordering::Relaxed);
-                tally
-                    .results
-                    .lock()
-                    .unwrap()
-                    .push((key.as_str().to_owned(), outcome, attempts, error));
+                tally.results.lock().unwrap().push((
+                    key.as_str().to_owned(),
+                    outcome,
+                    attempts,
+                    error,
+                ));
             }
         }));
     }
@@ -392,7 +418,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let elapsed = started.elapsed();
     server.abort();
 
-    summary(charges, &tally, &provider, &transitions.lock().unwrap(), elapsed);
+    summary(
+        charges,
+        &tally,
+        &provider,
+        &transitions.lock().unwrap(),
+        elapsed,
+    );
     Ok(())
 }
 
@@ -418,8 +450,10 @@ fn summary(
     let wrongly_not_charged = results
         .iter()
         .filter(|r| {
-            matches!(r.1, Outcome::CertainlyNotCharged | Outcome::ReconciledNotCharged)
-                && server.get(&r.0).is_some_and(|&n| n > 0)
+            matches!(
+                r.1,
+                Outcome::CertainlyNotCharged | Outcome::ReconciledNotCharged
+            ) && server.get(&r.0).is_some_and(|&n| n > 0)
         })
         .count();
     let mut histogram = [0usize; 5];
@@ -427,7 +461,9 @@ fn summary(
         histogram[r.2.min(4)] += 1;
     }
     let failed = results.len() - count(Outcome::Charged);
-    let maybe = count(Outcome::ReconciledCharged) + count(Outcome::ReconciledNotCharged) + count(Outcome::Unknown);
+    let maybe = count(Outcome::ReconciledCharged)
+        + count(Outcome::ReconciledNotCharged)
+        + count(Outcome::Unknown);
 
     println!("\n== summary ({:.1} s)", elapsed.as_secs_f64());
     println!("  charges requested            {charges}");
@@ -451,7 +487,7 @@ fn summary(
     println!("  double charges               {double}");
     println!("  charged but reported not     {wrongly_not_charged}");
     println!(
-        "  requests reaching provider   {}   ({:.2} attempts per charge; 1: {}, 2: {}, 3: {}, 4: {}, refused locally: {})",
+        "  requests reaching provider   {}   ({:.2} attempts per charge; 1: {}, 2: {}, 3: {}, 4: {}, none, breaker open: {})",
         provider.requests.load(Ordering::Relaxed),
         tally.attempts.load(Ordering::Relaxed) as f64 / charges.max(1) as f64,
         histogram[1],
@@ -464,12 +500,14 @@ fn summary(
     for r in results.iter().filter(|r| r.1 != Outcome::Charged) {
         let reason = if r.3.contains("circuit breaker") {
             "breaker open"
-        } else if r.3.contains("503") {
-            "503 after retries"
-        } else if r.3.contains("429") {
-            "429 after retries"
+        } else if r.3.contains("HTTP 503") {
+            "503"
+        } else if r.3.contains("HTTP 429") {
+            "429"
         } else if r.3.contains("timed out") || r.3.contains("deadline") {
             "timeout"
+        } else if r.3.contains("budget") {
+            "retry budget"
         } else {
             "connection lost"
         };
