@@ -45,6 +45,9 @@ use tower_service::Service;
 
 use crate::http::{GRPC_RETRY_PUSHBACK_MS, deadline_budget};
 
+mod idempotency;
+pub use idempotency::{IDEMPOTENT_REPLAYED, Idempotency, IdempotencyLayer};
+
 /// The response body of [`Resilience`]: the handler's own, or the layer's
 /// answer (problem+json, or empty for gRPC).
 pub type ResponseBody<B> = Either<B, Full<Bytes>>;
