@@ -50,13 +50,17 @@ async fn database(State((stub, outage)): State<(Arc<Stub>, Outage)>) -> Response
     }
 }
 
+/// What B saw of its deadline per request: `remaining()` on entry, and the
+/// `Request-Budget-Ms` header.
+type Deadlines = Arc<Mutex<Vec<(Option<Duration>, Option<u64>)>>>;
+
 #[derive(Clone)]
 struct Hop {
     client: reqwest::Client,
     next: SocketAddr,
     /// What B saw of its deadline: `remaining()` on entry, and the
     /// `Request-Budget-Ms` header.
-    deadlines: Arc<Mutex<Vec<(Option<Duration>, Option<u64>)>>>,
+    deadlines: Deadlines,
 }
 
 #[resilient(retries = 3, base_ms = 1, cap_ms = 5, timeout_ms = 40, idempotent)]
@@ -100,7 +104,7 @@ async fn call_a(client: &reqwest::Client, a: SocketAddr) -> Result<String, Error
 struct Chain {
     a: SocketAddr,
     stub: Arc<Stub>,
-    b_deadlines: Arc<Mutex<Vec<(Option<Duration>, Option<u64>)>>>,
+    b_deadlines: Deadlines,
 }
 
 /// Starts the stub, B and A. With `signal = false`, A and B strip the
