@@ -78,7 +78,7 @@ async fn the_deadline_crosses_in_grpc_timeout_and_becomes_the_handlers() {
     let seen = seen.lock().unwrap();
     let remaining = seen[0].expect("the handler runs under the caller's deadline");
     assert!(remaining <= Duration::from_millis(800), "{remaining:?}");
-    assert!(remaining > Duration::from_millis(500), "{remaining:?}");
+    assert!(remaining > Duration::from_millis(100), "{remaining:?}");
 }
 
 #[tokio::test]

@@ -5,6 +5,9 @@
 //! answers `Do-Not-Retry: ?1` and A passes it on; without that header the
 //! same chain makes 4 × 4 × 4 = 64. B also runs under the client's
 //! deadline (carried by A), not a fresh one.
+//!
+//! Real sockets, so real time: timeouts are tens of milliseconds and the
+//! assertions are counts, which do not depend on the machine's speed.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -95,7 +98,7 @@ async fn service_a(State(hop): State<Hop>) -> Result<String, Error> {
     call_b(&hop.client, hop.next).await
 }
 
-#[resilient(retries = 3, base_ms = 1, cap_ms = 5, deadline_ms = 1500, idempotent)]
+#[resilient(retries = 3, base_ms = 1, cap_ms = 5, deadline_ms = 5000, idempotent)]
 async fn call_a(client: &reqwest::Client, a: SocketAddr) -> Result<String, Error> {
     let response = client.get(format!("http://{a}/a")).send_checked().await?;
     Ok(response.text().await?)
@@ -204,11 +207,12 @@ async fn b_runs_under_the_clients_deadline_carried_by_a() {
     let seen = chain.b_deadlines.lock().unwrap().clone();
     assert_eq!(seen.len(), 1, "A did not retry B");
     let (remaining, header) = seen[0];
-    // The client allowed 1,500 ms; A's own `deadline_ms = 10000` must not
-    // have replaced it with a fresh one.
+    // The client allowed 5,000 ms; A's own `deadline_ms = 10000` must not
+    // have replaced it with a fresh one. (The lower bounds only say the
+    // deadline is a real one; they leave room for a loaded machine.)
     let remaining = remaining.expect("B's handler runs under a deadline");
-    assert!(remaining <= Duration::from_millis(1500), "{remaining:?}");
-    assert!(remaining > Duration::from_millis(1000), "{remaining:?}");
+    assert!(remaining <= Duration::from_millis(5000), "{remaining:?}");
+    assert!(remaining > Duration::from_millis(2500), "{remaining:?}");
     let header = header.expect("A sent Request-Budget-Ms");
-    assert!((1001..=1500).contains(&header), "{header}");
+    assert!((2501..=5000).contains(&header), "{header}");
 }

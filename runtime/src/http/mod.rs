@@ -153,7 +153,7 @@ mod tests {
         let mut h = HeaderMap::new();
         insert_deadline(&mut h, Duration::from_micros(1500));
         assert_eq!(h[&REQUEST_BUDGET_MS], "2");
-        assert_eq!(h[&GRPC_TIMEOUT], "1500u");
+        assert_eq!(h[&GRPC_TIMEOUT], "1500000n"); // the finest unit that fits
         assert_eq!(deadline_budget(&h), Some(Duration::from_micros(1500)));
         for bad in ["", "-1", "1.5", "12a", "99999999999999999999", "+5"] {
             assert_eq!(parse_budget_ms(bad.as_bytes()), None, "{bad:?}");
