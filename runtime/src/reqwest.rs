@@ -169,27 +169,25 @@ pub trait ResponseExt: sealed::Sealed + Sized {
 
 impl ResponseExt for Response {
     async fn check_status(self) -> Result<Self, Error> {
-        {
-            let status = self.status();
-            if !(status.is_client_error() || status.is_server_error()) {
-                return Ok(self);
-            }
-            let mut response = self;
-            let headers = std::mem::take(response.headers_mut());
-            let error = Error::from_status(status, headers);
-            if error.classify().is_retryable() {
-                return Err(error);
-            }
-            let mut body = Vec::new();
-            // A body that fails mid-way still explains what it got to.
-            while let Ok(Some(chunk)) = response.chunk().await {
-                let room = MAX_ERROR_BODY - body.len();
-                body.extend_from_slice(&chunk[..chunk.len().min(room)]);
-                if body.len() >= MAX_ERROR_BODY {
-                    break;
-                }
-            }
-            Err(error.with_body(String::from_utf8_lossy(&body).into_owned()))
+        let status = self.status();
+        if !(status.is_client_error() || status.is_server_error()) {
+            return Ok(self);
         }
+        let mut response = self;
+        let headers = std::mem::take(response.headers_mut());
+        let error = Error::from_status(status, headers);
+        if error.classify().is_retryable() {
+            return Err(error);
+        }
+        let mut body = Vec::new();
+        // A body that fails mid-way still explains what it got to.
+        while let Ok(Some(chunk)) = response.chunk().await {
+            let room = MAX_ERROR_BODY - body.len();
+            body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            if body.len() >= MAX_ERROR_BODY {
+                break;
+            }
+        }
+        Err(error.with_body(String::from_utf8_lossy(&body).into_owned()))
     }
 }
