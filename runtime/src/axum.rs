@@ -12,7 +12,7 @@
 //! }
 //! ```
 //!
-//! Add [`ResilienceLayer`](crate::tower::ResilienceLayer) (feature `tower`)
+//! Add `resilient::tower::ResilienceLayer` (feature `tower`)
 //! to the router so the caller's deadline reaches the handler and "do not
 //! retry" reaches the caller.
 

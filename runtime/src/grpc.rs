@@ -2,7 +2,7 @@
 //! server's retry pushback.
 //!
 //! Client-agnostic (codes as the numbers the protocol sends); the `tonic`
-//! feature applies it to `tonic::Status` ([`crate::tonic`]). Deadlines cross
+//! feature applies it to `tonic::Status` (module `resilient::tonic`). Deadlines cross
 //! gRPC hops in `grpc-timeout` ([`GrpcTimeout`](crate::GrpcTimeout)).
 //!
 //! Source: the gRPC retry design, proposal A6 ("gRPC Retry Design",

@@ -1,4 +1,4 @@
-//! The client side over [reqwest](::reqwest): its errors classified, and
+//! The client side over [reqwest]: its errors classified, and
 //! requests that carry the idempotency key and the remaining deadline.
 //!
 //! ```
@@ -113,7 +113,7 @@ mod sealed {
 /// Sends what the next hop needs to know: the operation's idempotency key
 /// and the time left.
 ///
-/// Sealed: implemented for [`reqwest::RequestBuilder`](::reqwest::RequestBuilder) only.
+/// Sealed: implemented for [`reqwest::RequestBuilder`] only.
 pub trait RequestBuilderExt: sealed::Sealed + Sized {
     /// Sets `Idempotency-Key: {key}`, so the server can recognise a retry
     /// of an operation it already carried out. Send the same key on every
@@ -157,7 +157,7 @@ impl RequestBuilderExt for RequestBuilder {
 
 /// Turns an unsuccessful response into a classified [`Error`].
 ///
-/// Sealed: implemented for [`reqwest::Response`](::reqwest::Response) only.
+/// Sealed: implemented for [`reqwest::Response`] only.
 pub trait ResponseExt: sealed::Sealed + Sized {
     /// `Ok(self)` for 1xx/2xx/3xx; otherwise an [`Error`] holding the status
     /// and headers (so `Retry-After` and `Do-Not-Retry` count). The body is

@@ -1,4 +1,4 @@
-//! gRPC over [tonic](::tonic): `tonic::Status` as the error type of an
+//! gRPC over [tonic]: `tonic::Status` as the error type of an
 //! annotated call, with no glue, and deadlines sent in `grpc-timeout`.
 //!
 //! ```
@@ -14,7 +14,7 @@
 //! }
 //! ```
 //!
-//! * [`Classify`] for [`tonic::Status`](::tonic::Status), by
+//! * [`Classify`] for [`tonic::Status`], by
 //!   [`crate::grpc::classify_code`] (A6: `UNAVAILABLE` transient,
 //!   `RESOURCE_EXHAUSTED` throttled, the rest permanent), honouring the
 //!   server's `grpc-retry-pushback-ms`.
@@ -22,7 +22,7 @@
 //!   `DEADLINE_EXCEEDED` (deadline, attempt timeout) or `UNAVAILABLE`
 //!   (breaker open, bulkhead full, shed), with pushback `-1` ("do not
 //!   retry", A6), or `INTERNAL` (an unconfigured name).
-//! * On the server, [`ResilienceLayer`](crate::tower::ResilienceLayer)
+//! * On the server, `resilient::tower::ResilienceLayer`
 //!   (feature `tower`) works in `Server::builder().layer(…)`: it reads
 //!   `grpc-timeout` into the handler's deadline and answers
 //!   `DEADLINE_EXCEEDED` once it has passed.
@@ -85,7 +85,7 @@ mod sealed {
 
 /// Sends the remaining deadline with a tonic request.
 ///
-/// Sealed: implemented for [`tonic::Request`](::tonic::Request) only.
+/// Sealed: implemented for [`tonic::Request`] only.
 pub trait RequestExt: sealed::Sealed {
     /// Sets the current task's remaining deadline ([`crate::remaining`]) as
     /// the request's timeout, which tonic sends as `grpc-timeout` (rounded

@@ -3,10 +3,10 @@
 //! and "do not retry" from one service to the next, and the error type an
 //! annotated HTTP call returns.
 //!
-//! Client-agnostic: this module names only the [`http`](::http) crate's
+//! Client-agnostic: this module names only the [`http`] crate's
 //! types. The `reqwest` feature adds conversions from reqwest's errors and
-//! a request-builder extension ([`crate::reqwest`]); the `tower` and `axum`
-//! features add the server side ([`crate::tower`], [`crate::axum`]).
+//! a request-builder extension (module `resilient::reqwest`); the `tower` and `axum`
+//! features add the server side (modules `resilient::tower`, `resilient::axum`).
 //!
 //! # Headers
 //!
@@ -62,7 +62,7 @@ pub const REQUEST_BUDGET_MS: HeaderName = HeaderName::from_static("request-budge
 pub const DO_NOT_RETRY: HeaderName = HeaderName::from_static("do-not-retry");
 
 /// `grpc-retry-pushback-ms`: the gRPC server's retry pushback (see
-/// [`crate::grpc`]).
+/// `resilient::grpc`).
 pub const GRPC_RETRY_PUSHBACK_MS: HeaderName = HeaderName::from_static("grpc-retry-pushback-ms");
 
 /// `true` when `headers` carry `Do-Not-Retry: ?1`.

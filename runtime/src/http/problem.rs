@@ -81,7 +81,7 @@ impl Error {
     /// It carries `Do-Not-Retry: ?1` when the failure is permanent
     /// (retrying this service would only repeat it, or the dependency
     /// itself said not to retry); a transient failure leaves the client
-    /// free to retry, unless the server layer ([`crate::tower`]) saw this
+    /// free to retry, unless the server layer (`resilient::tower`) saw this
     /// service give up after its own retries.
     pub fn to_response(&self) -> Response<String> {
         if let Some(refusal) = self.refusal() {

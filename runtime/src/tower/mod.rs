@@ -30,7 +30,7 @@
 //!
 //! The library's refusals returned by a handler become responses by
 //! [`refusal_response`](crate::http::refusal_response) (axum: `IntoResponse`,
-//! see [`crate::axum`]).
+//! see `resilient::axum`).
 
 use std::future::Future;
 use std::pin::Pin;
