@@ -15,6 +15,7 @@ use tonic::transport::{Channel, Server, server::TcpIncoming};
 use tonic::{Code, Status};
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
+use tower::Layer;
 
 type Seen = Arc<Mutex<Vec<Option<Duration>>>>;
 
@@ -148,4 +149,40 @@ fn refusals_become_statuses_no_one_retries() {
             retry_after: Some(Duration::from_millis(250))
         }
     );
+}
+
+#[resilient(retries = 3, base_ms = 1, cap_ms = 2, idempotent)]
+async fn flaky_dependency() -> Result<(), std::io::Error> {
+    Err(std::io::ErrorKind::ConnectionRefused.into())
+}
+
+/// The gRPC branch of the layer's "do not retry": a handler whose
+/// annotated call gave up answers with `grpc-retry-pushback-ms: -1`, which
+/// a client classifies as permanent (proposal A6). Called in process: a
+/// gRPC handler of our own would need generated code.
+#[tokio::test]
+async fn a_grpc_handler_that_gave_up_answers_pushback_minus_one() {
+    use tower::{Service, ServiceExt};
+
+    let handler = tower::service_fn(|_: http::Request<()>| async {
+        let failed = flaky_dependency().await.is_err();
+        let status = if failed {
+            Status::unavailable("db down")
+        } else {
+            Status::ok("")
+        };
+        Ok::<_, std::convert::Infallible>(status.into_http::<()>())
+    });
+    let mut service = ResilienceLayer::new().layer(handler);
+    let request = http::Request::builder()
+        .header("content-type", "application/grpc")
+        .body(())
+        .unwrap();
+    let response = service.ready().await.unwrap().call(request).await.unwrap();
+    assert_eq!(response.headers()["grpc-retry-pushback-ms"], "-1");
+    let status = Status::from_header_map(response.headers()).unwrap();
+    assert_eq!(status.code(), Code::Unavailable);
+    let metadata = tonic::metadata::MetadataMap::from_headers(response.headers().clone());
+    let status = Status::with_metadata(status.code(), status.message(), metadata);
+    assert_eq!(status.classify(), Classification::Permanent);
 }
