@@ -64,6 +64,7 @@ struct Hop {
     /// What B saw of its deadline: `remaining()` on entry, and the
     /// `Request-Budget-Ms` header.
     deadlines: Deadlines,
+    short_attempts: bool,
 }
 
 #[resilient(retries = 3, base_ms = 1, cap_ms = 5, timeout_ms = 40, idempotent)]
@@ -95,7 +96,33 @@ async fn call_b(client: &reqwest::Client, b: SocketAddr) -> Result<String, Error
 }
 
 async fn service_a(State(hop): State<Hop>) -> Result<String, Error> {
-    call_b(&hop.client, hop.next).await
+    if hop.short_attempts {
+        call_b_with_attempt_timeout(&hop.client, hop.next).await
+    } else {
+        call_b(&hop.client, hop.next).await
+    }
+}
+
+// The same call with an attempt timeout shorter than B needs to retry the
+// database 4 times (4 × 40 ms plus backoff): B's deadline is then this
+// attempt's, and B must answer before A's timer fires. `ResilienceLayer`
+// keeps a tenth of the budget (15 ms here) for that; without the reserve
+// the database saw 12 attempts per user request (A's timer fired first,
+// and A retried B three times).
+#[resilient(
+    retries = 3,
+    base_ms = 1,
+    cap_ms = 5,
+    deadline_ms = 10000,
+    timeout_ms = 150,
+    idempotent
+)]
+async fn call_b_with_attempt_timeout(
+    client: &reqwest::Client,
+    b: SocketAddr,
+) -> Result<String, Error> {
+    let response = client.get(format!("http://{b}/b")).send_checked().await?;
+    Ok(response.text().await?)
 }
 
 #[resilient(retries = 3, base_ms = 1, cap_ms = 5, deadline_ms = 5000, idempotent)]
@@ -114,6 +141,10 @@ struct Chain {
 /// `Do-Not-Retry` header from their answers, as servers without this
 /// library's layer would never send it.
 async fn start_chain(outage: Outage, signal: bool) -> Chain {
+    start_chain_with(outage, signal, false).await
+}
+
+async fn start_chain_with(outage: Outage, signal: bool, short_attempts: bool) -> Chain {
     let client = reqwest::Client::new();
     let stub = Arc::new(Stub::default());
     let db = serve(
@@ -136,6 +167,7 @@ async fn start_chain(outage: Outage, signal: bool) -> Chain {
                 client: client.clone(),
                 next: db,
                 deadlines: b_deadlines.clone(),
+                short_attempts,
             })
             .layer(ResilienceLayer::new())
             .layer(strip.clone()),
@@ -148,6 +180,7 @@ async fn start_chain(outage: Outage, signal: bool) -> Chain {
                 client,
                 next: b,
                 deadlines: Arc::default(),
+                short_attempts,
             })
             .layer(ResilienceLayer::new())
             .layer(strip),
@@ -196,6 +229,15 @@ async fn a_hanging_database_sees_4_attempts_per_request() {
     for (attempts, err) in user_requests(&chain, 3).await {
         assert_eq!(attempts, 4, "only B retries the database");
         assert_eq!(err.status(), Some(StatusCode::GATEWAY_TIMEOUT), "{err:?}");
+        assert!(err.is_do_not_retry(), "{err:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_hanging_database_behind_a_shorter_attempt_timeout_sees_at_most_4() {
+    let chain = start_chain_with(Outage::Hanging, true, true).await;
+    for (attempts, err) in user_requests(&chain, 5).await {
+        assert!(attempts <= 4, "{attempts} attempts; {err:?}");
         assert!(err.is_do_not_retry(), "{err:?}");
     }
 }
