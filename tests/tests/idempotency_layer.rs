@@ -20,6 +20,8 @@ struct Provider {
     runs: AtomicU32,
     /// Answer 503 to the first this many runs.
     fail_first: u32,
+    /// Answer 500 (after doing the work) to every run.
+    crash: bool,
     delay: Duration,
 }
 
@@ -28,6 +30,12 @@ async fn charge(State(p): State<Arc<Provider>>, body: String) -> impl IntoRespon
     tokio::time::sleep(p.delay).await;
     if n <= p.fail_first {
         return (StatusCode::SERVICE_UNAVAILABLE, "busy".to_owned());
+    }
+    if p.crash {
+        return (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("crashed in run {n}"),
+        );
     }
     (StatusCode::CREATED, format!("charge {n} of {body}"))
 }
@@ -140,6 +148,27 @@ async fn a_retryable_answer_is_not_stored_so_the_retry_runs() {
         post_charge(addr, Some("order-4"), "1").await,
         (StatusCode::CREATED, true, "charge 2 of 1".into())
     );
+}
+
+#[tokio::test]
+async fn a_server_error_is_stored_since_the_work_may_be_done() {
+    let provider = Arc::new(Provider {
+        crash: true,
+        ..Provider::default()
+    });
+    let addr = serve(provider.clone(), IdempotencyLayer::new()).await;
+    let first = post_charge(addr, Some("order-8"), "1").await;
+    let again = post_charge(addr, Some("order-8"), "1").await;
+    assert_eq!(first.0, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(
+        again,
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            true,
+            "crashed in run 1".into()
+        )
+    );
+    assert_eq!(provider.runs.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]

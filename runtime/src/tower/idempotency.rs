@@ -38,9 +38,12 @@ const DEFAULT_MAX_BODY: usize = 1 << 20;
 /// repeat of it with the first answer.
 ///
 /// * The first request with a key runs; its answer is stored (status,
-///   headers, body) when it is final: a success or a client error.
-///   A retryable answer (408, 429, 5xx) is not stored, so the client's
-///   retry runs the handler again; make such handlers safe to re-run.
+///   headers, body) and replayed to every repeat, failures included: once
+///   the handler has run, running it again could do the work twice. Only
+///   the answers that say the request was *not* processed are forgotten,
+///   so the client's retry runs it: 408, 429 and 503 (RFC 9110 §15.5.9,
+///   §15.6.4; RFC 6585 §4), and an answer whose body failed mid-way (make
+///   such handlers safe to re-run, or answer 503 before doing anything).
 /// * A request with the same key that arrives while the first runs waits
 ///   for it and gets its answer (whatever it is); one that arrives later
 ///   gets the stored answer at once. Both carry `Idempotent-Replayed: true`.
@@ -326,10 +329,15 @@ fn problem<B>(status: StatusCode, detail: &str) -> Response<ResponseBody<B>> {
     response
 }
 
-/// A final answer is stored; a retryable one is not (see the layer's docs).
+/// Every answer is kept except those saying the request was not processed
+/// (see the layer's docs).
 fn is_final(status: StatusCode) -> bool {
-    crate::http::classify_status(status, &HeaderMap::new()).is_none_or(|c| !c.is_retryable())
-        && status != StatusCode::INTERNAL_SERVER_ERROR
+    !matches!(
+        status,
+        StatusCode::REQUEST_TIMEOUT
+            | StatusCode::TOO_MANY_REQUESTS
+            | StatusCode::SERVICE_UNAVAILABLE
+    )
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
