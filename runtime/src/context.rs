@@ -23,10 +23,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::Error;
-
-tokio::task_local! {
-    static DEADLINE: Option<Instant>;
-}
+use crate::frame::{Frame, InFrame, forward_all};
 
 /// How far ahead a timer is ever set: deadlines further than this are as
 /// good as none, and tokio's timer cannot hold an instant near the largest
@@ -58,7 +55,7 @@ pub(crate) fn timer_at(deadline: Instant) -> Instant {
 /// # }
 /// ```
 pub fn current_deadline() -> Option<Instant> {
-    DEADLINE.try_with(|d| *d).ok().flatten()
+    crate::frame::deadline()
 }
 
 /// Time left before the current task's deadline (zero once it has passed),
@@ -116,9 +113,20 @@ async fn with_deadline_at_opt<F: Future>(
     match earliest(inherited, deadline) {
         None => Ok(fut.await),
         Some(d) if Instant::now() >= d => Err(passed(d)),
-        Some(d) => tokio::time::timeout_at(timer_at(d), DEADLINE.scope(Some(d), fut))
+        // Not sooner than the inherited one: nothing changes inside.
+        Some(d) if Some(d) == inherited => tokio::time::timeout_at(timer_at(d), fut)
             .await
             .map_err(|_| passed(d)),
+        Some(d) => {
+            let frame = InFrame::new(Frame::transparent(Some(d), false), fut);
+            match tokio::time::timeout_at(timer_at(d), frame).await {
+                Ok((output, end)) => {
+                    forward_all(&end);
+                    Ok(output)
+                }
+                Err(_) => Err(passed(d)),
+            }
+        }
     }
 }
 
@@ -129,12 +137,13 @@ async fn with_deadline_at_opt<F: Future>(
 /// path for counting attempts (see the module docs).
 pub fn propagate<F: Future>(fut: F) -> impl Future<Output = F::Output> {
     let registry = crate::Registry::scoped();
-    let fut = DEADLINE.scope(current_deadline(), fut);
+    let fut = crate::frame::scope_spawned(current_deadline(), fut);
     async move {
-        match registry {
+        let (output, _) = match registry {
             Some(registry) => registry.scope(fut).await,
             None => fut.await,
-        }
+        };
+        output
     }
 }
 
@@ -145,12 +154,4 @@ pub(crate) fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant
         (a, None) => a,
         (None, b) => b,
     }
-}
-
-/// Runs `fut` with `deadline` as the task's deadline.
-pub(crate) fn scope_deadline<F: Future>(
-    deadline: Option<Instant>,
-    fut: F,
-) -> tokio::task::futures::TaskLocalFuture<Option<Instant>, F> {
-    DEADLINE.scope(deadline, fut)
 }

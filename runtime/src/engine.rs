@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use crate::__private::ReturnsResult;
 use crate::backoff::{Backoff, DEFAULT_BASE, DEFAULT_CAP};
 use crate::classify::Verdict;
-use crate::context::{current_deadline, earliest};
+use crate::context::earliest;
 use crate::deps::{Deps, Names};
 use crate::frame::{self, BudgetRef, Frame, FrameEnd, PathStart};
 use crate::future::{Bounded, IntoResult};
@@ -209,22 +209,12 @@ impl<C> Call<C> {
     /// Starts a call: fixes its deadline and finds its named parts. Refuses
     /// a call whose deadline has already passed, so it does no work.
     fn begin<E>(policy: &'static Policy, classify: C, refuse: fn(Error) -> E) -> Result<Self, E> {
-        let own_cap = policy.retries.saturating_add(1);
-        let path = match PathStart::current() {
-            Some(outer) => PathStart {
-                cap: outer.cap.max(own_cap),
-                ..outer
-            },
-            None => PathStart {
-                cap: own_cap,
-                base: 0,
-                in_retry: false,
-            },
-        };
-        let inherited = current_deadline();
+        let mut path = PathStart::current();
+        path.cap = path.cap.max(policy.retries.saturating_add(1));
+        let inherited = path.deadline;
         let deps = match policy.deps() {
             Ok(deps) => deps,
-            Err(error) => return Err(refused(policy, error, refuse, true, None)),
+            Err(error) => return Err(refused(policy, &path, error, refuse, true, None)),
         };
         // The clock is read only when something needs the time: a deadline
         // or timeout, or a part that keeps time-based statistics. This one
@@ -247,6 +237,7 @@ impl<C> Call<C> {
                 let error = Error::deadline_exceeded();
                 return Err(refused(
                     policy,
+                    &path,
                     error,
                     refuse,
                     own_deadline,
@@ -256,7 +247,7 @@ impl<C> Call<C> {
         }
         // Enclosing layers ask the budget nearest the dependency before
         // they retry, whichever layer it belongs to.
-        if !policy.fallback {
+        if path.nested && !policy.fallback {
             frame::report_budget(deps.budget());
         }
         Ok(Call {
@@ -294,15 +285,16 @@ impl<C> Call<C> {
         let now = started.or_else(|| self.clocked.then(Instant::now));
         // The attempt's timeout runs from when its body starts, after any
         // wait for a bulkhead slot.
-        let (admission, body_start) = match self.deps.admit(now, self.deadline).await {
+        // Most attempts are admitted at once; only a wait for a bulkhead
+        // slot needs the asynchronous path.
+        let admitted = match self.deps.try_admit(now) {
+            Some(admitted) => admitted.map(|admission| (admission, now)),
+            None => self.deps.admit(now, self.deadline).await,
+        };
+        let (admission, body_start) = match admitted {
             Ok(admitted) => admitted,
             Err(refusal) => {
-                report::record(
-                    self.policy.function,
-                    number,
-                    AttemptOutcome::Refused(refusal.kind()),
-                    false,
-                );
+                self.record(number, AttemptOutcome::Refused(refusal.kind()), false);
                 return Attempted {
                     result: Err(Failure::Refused(refusal)),
                     frame: None,
@@ -319,12 +311,11 @@ impl<C> Call<C> {
         let attempt_deadline = earliest(self.deadline, timeout_at);
         // Nested annotated calls inherit the attempt's deadline, so none
         // of them plans a retry the attempt cannot wait for.
-        let frame = Frame::new(
-            self.path.cap,
+        let frame = Frame::attempt(
+            &self.path,
             base,
             self.path.in_retry || number > 1,
             attempt_deadline,
-            None,
         );
         let result = Bounded::new(attempt_deadline, frame, make()).await;
         // The end time feeds breakers (slow calls) and windows; without
@@ -333,12 +324,7 @@ impl<C> Call<C> {
         let (result, frame_end) = match result {
             Ok((Ok(value), frame_end)) => {
                 admission.finish(Outcome::Success, end);
-                report::record(
-                    self.policy.function,
-                    number,
-                    AttemptOutcome::Succeeded,
-                    false,
-                );
+                self.record(number, AttemptOutcome::Succeeded, false);
                 (Ok(value), frame_end)
             }
             // A nested annotated call ended on this attempt's deadline,
@@ -353,8 +339,7 @@ impl<C> Call<C> {
             Ok((Err(error), frame_end)) => {
                 let verdict: Verdict = (self.classify)(&error).into();
                 admission.finish(Outcome::of_failure(verdict.class), end);
-                report::record(
-                    self.policy.function,
+                self.record(
                     number,
                     AttemptOutcome::Failed(verdict.class),
                     verdict.may_have_taken_effect,
@@ -375,7 +360,7 @@ impl<C> Call<C> {
     /// The failure of an attempt whose deadline passed while it ran: the
     /// request may have reached the dependency.
     fn elapsed<E>(&self, number: u32, attempt_deadline: Option<Instant>) -> Failure<E> {
-        report::record(self.policy.function, number, AttemptOutcome::TimedOut, true);
+        self.record(number, AttemptOutcome::TimedOut, true);
         if attempt_deadline == self.deadline {
             Failure::Deadline
         } else {
@@ -402,7 +387,9 @@ impl<C> Call<C> {
                     self.give_up(error)
                 } else {
                     // The enclosing attempt's timer: that layer handles it.
-                    frame::report_deadline(self.deadline);
+                    if self.path.nested {
+                        frame::report_deadline(self.deadline);
+                    }
                     error
                 })
             }
@@ -414,16 +401,34 @@ impl<C> Call<C> {
     /// not retry (unless a fallback answers it).
     fn give_up<E>(&self, error: E) -> E {
         if !self.policy.fallback {
-            frame::report_give_up();
-            report::record_give_up();
+            if self.path.nested {
+                frame::report_give_up();
+            }
+            if self.path.observed {
+                report::record_give_up();
+            }
         }
         error
     }
 
     /// Tells the enclosing attempt how far this call got on its path.
     fn reach(&self, position: u32) {
-        if !self.policy.fallback {
+        if self.path.nested && !self.policy.fallback {
             frame::reach(position);
+        }
+    }
+
+    /// Tells the enclosing attempt the budget nearest the dependency.
+    fn report_budget(&self, budget: Option<BudgetRef>) {
+        if self.path.nested && !self.policy.fallback {
+            frame::report_budget(budget);
+        }
+    }
+
+    /// Records an attempt in the report, when the call is observed.
+    fn record(&self, number: u32, outcome: AttemptOutcome, may_have_taken_effect: bool) {
+        if self.path.observed {
+            report::record(self.policy.function, number, outcome, may_have_taken_effect);
         }
     }
 }
@@ -431,22 +436,31 @@ impl<C> Call<C> {
 /// A call refused before its first attempt ran.
 fn refused<E>(
     policy: &'static Policy,
+    path: &PathStart,
     error: Error,
     refuse: fn(Error) -> E,
     final_for_task: bool,
     inherited_deadline: Option<Instant>,
 ) -> E {
-    report::record(
-        policy.function,
-        1,
-        AttemptOutcome::Refused(error.kind()),
-        false,
-    );
+    if path.observed {
+        report::record(
+            policy.function,
+            1,
+            AttemptOutcome::Refused(error.kind()),
+            false,
+        );
+    }
     if inherited_deadline.is_some() {
-        frame::report_deadline(inherited_deadline);
+        if path.nested {
+            frame::report_deadline(inherited_deadline);
+        }
     } else if final_for_task && !policy.fallback {
-        frame::report_give_up();
-        report::record_give_up();
+        if path.nested {
+            frame::report_give_up();
+        }
+        if path.observed {
+            report::record_give_up();
+        }
     }
     refuse(error)
 }
@@ -489,9 +503,7 @@ where
     let attempted = call.attempt(1, call.path.base, call.start, make).await;
     if let Some(frame) = &attempted.frame {
         call.reach(frame.high);
-        if !policy.fallback {
-            frame::report_budget(frame.budget.clone());
-        }
+        call.report_budget(frame.budget.clone());
     }
     match attempted.result {
         Ok(value) => Ok(value),
@@ -555,16 +567,14 @@ where
             Some(frame) => {
                 position = position.max(frame.high);
                 call.reach(position);
-                if !policy.fallback {
-                    frame::report_budget(frame.budget.clone());
-                }
+                call.report_budget(frame.budget.clone());
                 (frame.gave_up > 0, frame.budget)
             }
             None => (false, None),
         };
         let (error, class) = match attempted.result {
             Ok(value) => {
-                if policy.fallback {
+                if policy.fallback && call.path.nested {
                     frame::reach(position);
                 }
                 return Ok(value);

@@ -9,7 +9,6 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use pin_project_lite::pin_project;
-use tokio::task::futures::TaskLocalFuture;
 use tokio::time::{Instant, Sleep};
 
 use crate::__private::ReturnsResult;
@@ -17,10 +16,13 @@ use crate::frame::{Frame, FrameEnd, InFrame};
 
 pin_project! {
     /// The body's future, run in its attempt's frame with the task's
-    /// deadline set to `deadline`, and cancelled when that passes.
+    /// deadline set to `deadline`, and cancelled when that passes. The
+    /// timer is set only once the body has had to wait: a body that is
+    /// ready at once never touches tokio's timer.
     pub(crate) struct Bounded<F> {
         #[pin]
-        fut: InFrame<TaskLocalFuture<Option<Instant>, F>>,
+        fut: InFrame<F>,
+        deadline: Option<Instant>,
         #[pin]
         sleep: Option<Sleep>,
     }
@@ -29,8 +31,9 @@ pin_project! {
 impl<F: Future> Bounded<F> {
     pub(crate) fn new(deadline: Option<Instant>, frame: Frame, fut: F) -> Self {
         Bounded {
-            fut: InFrame::new(frame, crate::context::scope_deadline(deadline, fut)),
-            sleep: deadline.map(|d| tokio::time::sleep_until(crate::context::timer_at(d))),
+            fut: InFrame::new(frame, fut),
+            deadline,
+            sleep: None,
         }
     }
 }
@@ -42,17 +45,21 @@ impl<F: Future> Future for Bounded<F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
-        // The body first: a body that is ready never registers a timer.
         if let Poll::Ready(v) = this.fut.as_mut().poll(cx) {
             return Poll::Ready(Ok(v));
         }
-        match this.sleep.as_pin_mut() {
-            Some(sleep) => {
-                ready!(sleep.poll(cx));
-                Poll::Ready(Err(this.fut.cancel()))
-            }
-            None => Poll::Pending,
+        let Some(deadline) = *this.deadline else {
+            return Poll::Pending;
+        };
+        if this.sleep.is_none() {
+            this.sleep
+                .set(Some(tokio::time::sleep_until(crate::context::timer_at(
+                    deadline,
+                ))));
         }
+        let sleep = this.sleep.as_pin_mut().expect("set above");
+        ready!(sleep.poll(cx));
+        Poll::Ready(Err(this.fut.cancel()))
     }
 }
 

@@ -40,11 +40,13 @@ impl Classify for E {
     }
 }
 
-/// Fails its first `failures` calls, then succeeds; counts calls.
+/// Fails its first `failures` calls, then succeeds; each call takes
+/// `latency`; counts calls.
 #[derive(Debug, Default)]
 struct Flaky {
     calls: AtomicU32,
     failures: u32,
+    latency: Duration,
 }
 
 impl Flaky {
@@ -52,12 +54,18 @@ impl Flaky {
         Flaky {
             calls: AtomicU32::new(0),
             failures,
+            latency: Duration::from_millis(10),
         }
+    }
+
+    fn slow(mut self, latency: Duration) -> Self {
+        self.latency = latency;
+        self
     }
 
     async fn call(&self) -> Result<(), E> {
         let n = self.calls.fetch_add(1, Ordering::SeqCst);
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        tokio::time::sleep(self.latency).await;
         if n < self.failures {
             Err(E::Unavailable)
         } else {
@@ -92,8 +100,9 @@ async fn joins_two(a: &Flaky, b: &Flaky) -> Result<(), E> {
 
 #[tokio::test(start_paused = true)]
 async fn a_sibling_giving_up_in_join_does_not_stop_another_siblings_retries() {
+    // `a` gives up at about 21 ms, while `b`'s first attempt still runs.
     let a = Flaky::failing(u32::MAX);
-    let b = Flaky::failing(2);
+    let b = Flaky::failing(2).slow(Duration::from_millis(100));
     joins_two(&a, &b).await.unwrap();
     assert_eq!(
         a.calls(),
@@ -103,30 +112,37 @@ async fn a_sibling_giving_up_in_join_does_not_stop_another_siblings_retries() {
     assert_eq!(b.calls(), 3, "the other sibling kept retrying to success");
 }
 
-#[tokio::test(start_paused = true)]
-async fn siblings_in_futures_unordered_keep_their_own_retries() {
-    // No enclosing annotated call: each sibling is its own request.
-    let failing: Vec<Flaky> = (0..3).map(|_| Flaky::failing(u32::MAX)).collect();
-    let recovering: Vec<Flaky> = (0..3).map(|_| Flaky::failing(2)).collect();
-    async fn either(dep: &Flaky, fast: bool) -> Result<(), E> {
-        if fast {
-            gives_up_fast(dep).await
-        } else {
-            recovers_slowly(dep).await
-        }
+async fn either(dep: &Flaky, fast: bool) -> Result<(), E> {
+    if fast {
+        gives_up_fast(dep).await
+    } else {
+        recovers_slowly(dep).await
     }
+}
+
+#[resilient(retries = 2, idempotent, base_ms = 1, cap_ms = 1)]
+async fn fans_out(failing: &[Flaky], recovering: &[Flaky]) -> Result<u32, E> {
     let mut all = FuturesUnordered::new();
-    for dep in &failing {
+    for dep in failing {
         all.push(either(dep, true));
     }
-    for dep in &recovering {
+    for dep in recovering {
         all.push(either(dep, false));
     }
     let mut ok = 0;
     while let Some(result) = all.next().await {
         ok += u32::from(result.is_ok());
     }
-    assert_eq!(ok, 3);
+    Ok(ok)
+}
+
+#[tokio::test(start_paused = true)]
+async fn siblings_in_futures_unordered_keep_their_own_retries() {
+    let failing: Vec<Flaky> = (0..3).map(|_| Flaky::failing(u32::MAX)).collect();
+    let recovering: Vec<Flaky> = (0..3)
+        .map(|_| Flaky::failing(2).slow(Duration::from_millis(100)))
+        .collect();
+    assert_eq!(fans_out(&failing, &recovering).await.unwrap(), 3);
     assert!(recovering.iter().all(|d| d.calls() == 3));
     assert!(failing.iter().all(|d| d.calls() == 2));
 }
@@ -366,21 +382,31 @@ async fn a_retry_after_within_the_maximum_is_waited_for() {
 
 #[tokio::test(start_paused = true)]
 async fn with_deadline_near_the_largest_instant_does_not_panic() {
-    // The largest budget `Instant::now()` can be advanced by, found by
-    // bisection: std does not name the largest `Instant`.
+    // The largest budget `Instant::now()` can be advanced by, to the
+    // nanosecond, found by bisection: std does not name the largest
+    // `Instant`.
     let now = tokio::time::Instant::now();
-    let (mut fits, mut overflows) = (0u64, u64::MAX);
+    let fits_in = |nanos: u128| {
+        let d = Duration::new(
+            u64::try_from(nanos / 1_000_000_000).unwrap(),
+            u32::try_from(nanos % 1_000_000_000).unwrap(),
+        );
+        now.checked_add(d).map(|_| d)
+    };
+    let (mut fits, mut overflows) = (0u128, u128::from(u64::MAX) * 1_000_000_000);
     while overflows - fits > 1 {
         let mid = fits + (overflows - fits) / 2;
-        if now.checked_add(Duration::from_secs(mid)).is_some() {
+        if fits_in(mid).is_some() {
             fits = mid;
         } else {
             overflows = mid;
         }
     }
+    let largest = fits_in(fits).unwrap();
     for budget in [
-        Duration::from_secs(fits),
-        Duration::from_secs(fits.saturating_sub(1)),
+        largest,
+        largest - Duration::from_micros(500),
+        largest - Duration::from_secs(1),
         Duration::MAX,
     ] {
         let out = resilient::with_deadline(budget, async { 7 }).await;
