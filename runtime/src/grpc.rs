@@ -1,0 +1,107 @@
+//! gRPC semantics: which status codes are worth another attempt, and the
+//! server's retry pushback.
+//!
+//! Client-agnostic (codes as the numbers the protocol sends); the `tonic`
+//! feature applies it to `tonic::Status` (module `resilient::tonic`). Deadlines cross
+//! gRPC hops in `grpc-timeout` ([`GrpcTimeout`](crate::GrpcTimeout)).
+//!
+//! Source: the gRPC retry design, proposal A6 ("gRPC Retry Design",
+//! grpc/proposal `A6-client-retries.md`), and the status code guide
+//! (`doc/statuscodes.md`) of the gRPC repository.
+
+use std::time::Duration;
+
+use crate::Classification;
+
+/// The `grpc-retry-pushback-ms` metadata key.
+pub const RETRY_PUSHBACK_MS: &str = "grpc-retry-pushback-ms";
+
+/// The gRPC status codes this module names (the values of the wire
+/// protocol; `OK` is 0).
+pub mod code {
+    /// `OK`: not an error.
+    pub const OK: i32 = 0;
+    /// `DEADLINE_EXCEEDED`.
+    pub const DEADLINE_EXCEEDED: i32 = 4;
+    /// `RESOURCE_EXHAUSTED`: a quota or the server's capacity ran out.
+    pub const RESOURCE_EXHAUSTED: i32 = 8;
+    /// `UNAVAILABLE`: the service is unavailable for now.
+    pub const UNAVAILABLE: i32 = 14;
+}
+
+/// What a server's `grpc-retry-pushback-ms` says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pushback {
+    /// Retry no sooner than this.
+    RetryAfter(Duration),
+    /// Do not retry this call at all.
+    DoNotRetry,
+}
+
+/// Parses a `grpc-retry-pushback-ms` value, per gRPC proposal A6: a
+/// non-negative decimal integer of milliseconds means "retry after that
+/// long"; "if the value for pushback is negative or unparseable, then it
+/// will be seen as the server asking the client not to retry at all".
+/// So this never fails: everything that is not digits is
+/// [`Pushback::DoNotRetry`], as is a number too large for a `u64`.
+///
+/// ```
+/// use std::time::Duration;
+/// use resilient::grpc::{parse_pushback, Pushback};
+///
+/// assert_eq!(parse_pushback("250"), Pushback::RetryAfter(Duration::from_millis(250)));
+/// assert_eq!(parse_pushback("-1"), Pushback::DoNotRetry);
+/// assert_eq!(parse_pushback("soon"), Pushback::DoNotRetry);
+/// ```
+pub fn parse_pushback(value: &str) -> Pushback {
+    let v = value.trim_ascii();
+    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return Pushback::DoNotRetry;
+    }
+    match v.parse::<u64>() {
+        Ok(ms) => Pushback::RetryAfter(Duration::from_millis(ms)),
+        Err(_) => Pushback::DoNotRetry,
+    }
+}
+
+/// How a gRPC status classifies as a failure; `None` for `OK`.
+///
+/// | code | classification | source |
+/// |---|---|---|
+/// | `UNAVAILABLE` (14) | transient | A6's example retry policy and `statuscodes.md`: "most likely a transient condition, which can be corrected by retrying with a backoff" |
+/// | `RESOURCE_EXHAUSTED` (8) | throttled, after the pushback if given | the server or a quota ran out of capacity: retrying sooner adds load |
+/// | every other code | permanent | A6 retries only the codes a service lists; `statuscodes.md` says `ABORTED` is retried "at a higher level", and `DEADLINE_EXCEEDED` means the caller's budget is spent |
+/// | any, with a negative or malformed pushback | permanent | A6: the server asks the client not to retry |
+///
+/// A valid pushback on `UNAVAILABLE` makes it throttled for that long (A6:
+/// "the client will retry after the delay specified by the server").
+///
+/// ```
+/// use std::time::Duration;
+/// use resilient::Classification;
+/// use resilient::grpc::{classify_code, code, Pushback};
+///
+/// assert_eq!(classify_code(code::OK, None), None);
+/// assert_eq!(classify_code(code::UNAVAILABLE, None), Some(Classification::Transient));
+/// assert_eq!(
+///     classify_code(code::RESOURCE_EXHAUSTED, Some(Pushback::RetryAfter(Duration::from_millis(40)))),
+///     Some(Classification::Throttled { retry_after: Some(Duration::from_millis(40)) }),
+/// );
+/// assert_eq!(classify_code(code::UNAVAILABLE, Some(Pushback::DoNotRetry)), Some(Classification::Permanent));
+/// ```
+pub fn classify_code(code: i32, pushback: Option<Pushback>) -> Option<Classification> {
+    if code == code::OK {
+        return None;
+    }
+    Some(match (code, pushback) {
+        (_, Some(Pushback::DoNotRetry)) => Classification::Permanent,
+        (code::UNAVAILABLE, None) => Classification::Transient,
+        (code::UNAVAILABLE | code::RESOURCE_EXHAUSTED, Some(Pushback::RetryAfter(d))) => {
+            Classification::Throttled {
+                retry_after: Some(d),
+            }
+        }
+        (code::RESOURCE_EXHAUSTED, None) => Classification::Throttled { retry_after: None },
+        _ => Classification::Permanent,
+    })
+}

@@ -1,0 +1,152 @@
+//! Answering with a failure: the library's refusals and upstream failures
+//! as HTTP responses with an `application/problem+json` body (RFC 9457).
+
+use std::fmt::Write as _;
+
+use ::http::header::{CONTENT_TYPE, RETRY_AFTER};
+use ::http::{HeaderValue, Response, StatusCode};
+
+use super::Error;
+use crate::{Classification, Classify, ErrorKind};
+
+/// `application/problem+json`, the media type of RFC 9457 problem details.
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// The status a refusal is answered with:
+///
+/// | refusal | status | why |
+/// |---|---|---|
+/// | deadline exceeded, attempt timed out | 504 Gateway Timeout | we could not get an answer from our dependency in time (RFC 9110 §15.6.5) |
+/// | breaker open, bulkhead full, load shed | 503 Service Unavailable | a temporary overload or outage, with `Retry-After` when known (§15.6.4) |
+/// | unknown name | 500 Internal Server Error | a configuration error of this server |
+pub fn refusal_status(e: &crate::Error) -> StatusCode {
+    match e.kind() {
+        ErrorKind::DeadlineExceeded | ErrorKind::AttemptTimedOut => StatusCode::GATEWAY_TIMEOUT,
+        ErrorKind::BreakerOpen | ErrorKind::BulkheadFull | ErrorKind::LoadShed => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        ErrorKind::UnknownName => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+fn kind_name(kind: ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::DeadlineExceeded => "deadline_exceeded",
+        ErrorKind::AttemptTimedOut => "attempt_timed_out",
+        ErrorKind::BreakerOpen => "breaker_open",
+        ErrorKind::BulkheadFull => "bulkhead_full",
+        ErrorKind::LoadShed => "load_shed",
+        ErrorKind::UnknownName => "unknown_name",
+    }
+}
+
+/// The response a server gives for a refusal by `resilient`: the status of
+/// [`refusal_status`], `Retry-After` (whole seconds, rounded up) when an
+/// open breaker says when it admits a probe, `Do-Not-Retry: ?1` (the
+/// refusal is this service's decision, and a client retrying it would
+/// only add load: see the [module docs](crate::http)), and a problem+json
+/// body:
+///
+/// ```json
+/// {"type":"about:blank","title":"Service Unavailable","status":503,
+///  "detail":"circuit breaker `payments` is open; …","kind":"breaker_open","name":"payments"}
+/// ```
+///
+/// `kind` is the [`ErrorKind`] in snake case.
+pub fn refusal_response(e: &crate::Error) -> Response<String> {
+    let status = refusal_status(e);
+    let mut extra = format!(",\"kind\":\"{}\"", kind_name(e.kind()));
+    if let Some(name) = e.name() {
+        extra.push_str(",\"name\":");
+        json_string(&mut extra, name);
+    }
+    let mut response = problem(status, &e.to_string(), &extra);
+    if let Some(wait) = e.retry_in() {
+        let secs = wait.as_nanos().div_ceil(1_000_000_000);
+        let secs = u64::try_from(secs).unwrap_or(u64::MAX);
+        response
+            .headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from(secs));
+    }
+    super::set_do_not_retry(response.headers_mut());
+    response
+}
+
+impl Error {
+    /// The response a service answers with when this call to its own
+    /// dependency failed: a refusal as by [`refusal_response`]; a timeout
+    /// as 504; any other failure as 502 Bad Gateway (RFC 9110 §15.6.3: "an
+    /// invalid response from an inbound server").
+    ///
+    /// It carries `Do-Not-Retry: ?1` when the failure is permanent
+    /// (retrying this service would only repeat it, or the dependency
+    /// itself said not to retry); a transient failure leaves the client
+    /// free to retry, unless the server layer (`resilient::tower`) saw this
+    /// service give up after its own retries.
+    pub fn to_response(&self) -> Response<String> {
+        if let Some(refusal) = self.refusal() {
+            return refusal_response(refusal);
+        }
+        let status = if self.is_timeout() {
+            StatusCode::GATEWAY_TIMEOUT
+        } else {
+            StatusCode::BAD_GATEWAY
+        };
+        let mut extra = String::new();
+        if let Some(upstream) = self.status() {
+            let _ = write!(extra, ",\"upstream_status\":{}", upstream.as_u16());
+        }
+        let mut response = problem(status, &self.to_string(), &extra);
+        if self.classify() == Classification::Permanent {
+            super::set_do_not_retry(response.headers_mut());
+        }
+        response
+    }
+}
+
+fn problem(status: StatusCode, detail: &str, extra: &str) -> Response<String> {
+    let mut body = String::with_capacity(128 + detail.len() + extra.len());
+    body.push_str("{\"type\":\"about:blank\",\"title\":");
+    json_string(&mut body, status.canonical_reason().unwrap_or(""));
+    let _ = write!(body, ",\"status\":{},\"detail\":", status.as_u16());
+    json_string(&mut body, detail);
+    body.push_str(extra);
+    body.push('}');
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+    response
+}
+
+/// Appends `s` as a JSON string literal (RFC 8259 §7).
+fn json_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if u32::from(c) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_escapes_controls_and_quotes() {
+        let mut s = String::new();
+        json_string(&mut s, "a\"b\\c\nd\u{1}é");
+        assert_eq!(s, "\"a\\\"b\\\\c\\nd\\u0001é\"");
+    }
+}

@@ -1,0 +1,118 @@
+//! Which HTTP responses are failures, and which failures are worth another
+//! attempt.
+
+use ::http::{HeaderMap, StatusCode};
+
+use crate::Classification;
+
+/// Choices in classifying status codes that depend on the server; the
+/// default follows RFC 9110 and is right for most APIs.
+///
+/// ```
+/// use http::{HeaderMap, StatusCode};
+/// use resilient::Classification;
+/// use resilient::http::StatusPolicy;
+///
+/// let none = HeaderMap::new();
+/// let ise = StatusCode::INTERNAL_SERVER_ERROR;
+/// assert_eq!(StatusPolicy::DEFAULT.classify(ise, &none), Some(Classification::Permanent));
+/// assert_eq!(
+///     StatusPolicy::DEFAULT.retry_500(true).classify(ise, &none),
+///     Some(Classification::Transient),
+/// );
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StatusPolicy {
+    retry_500: bool,
+}
+
+impl StatusPolicy {
+    /// RFC 9110 semantics, 500 not retried (see [`classify_status`]).
+    pub const DEFAULT: StatusPolicy = StatusPolicy { retry_500: false };
+
+    /// Whether `500 Internal Server Error` is transient. Off by default:
+    /// RFC 9110 §15.6.1 says only that the server "encountered an unexpected
+    /// condition", which is as often a bug that fails every time (and, for
+    /// a non-idempotent request, may have half-done the work) as a passing
+    /// fault. Turn it on for a dependency known to fail that way briefly.
+    pub const fn retry_500(self, yes: bool) -> Self {
+        StatusPolicy { retry_500: yes }
+    }
+
+    /// Classifies a response; see [`classify_status`].
+    pub fn classify(self, status: StatusCode, headers: &HeaderMap) -> Option<Classification> {
+        if status.is_informational() || status.is_success() || status.is_redirection() {
+            return None;
+        }
+        if super::is_do_not_retry(headers) {
+            return Some(Classification::Permanent);
+        }
+        let throttled_or_transient = || match super::retry_after(headers) {
+            Some(d) => Classification::Throttled {
+                retry_after: Some(d),
+            },
+            None => Classification::Transient,
+        };
+        Some(match status {
+            // §15.5.9: the server timed out waiting for the request; "the
+            // client MAY repeat that request".
+            StatusCode::REQUEST_TIMEOUT => Classification::Transient,
+            // RFC 6585 §4 (429) and RFC 9110 §15.6.4 (503): the server is
+            // shedding load and may say when to come back (§10.2.3).
+            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => {
+                throttled_or_transient()
+            }
+            // §15.6.3, §15.6.5: a gateway could not reach, or did not hear
+            // back from, the server behind it in time.
+            StatusCode::BAD_GATEWAY | StatusCode::GATEWAY_TIMEOUT => Classification::Transient,
+            StatusCode::INTERNAL_SERVER_ERROR if self.retry_500 => Classification::Transient,
+            // Every other 4xx is the request's fault and will fail again;
+            // other 5xx (501 Not Implemented, 505, 507, 511) do not pass
+            // either.
+            _ => Classification::Permanent,
+        })
+    }
+}
+
+/// How a response's status classifies as a failure, by RFC 9110 with
+/// [`StatusPolicy::DEFAULT`]; `None` for 1xx, 2xx and 3xx (not failures).
+///
+/// | status | classification | source |
+/// |---|---|---|
+/// | 408 | transient | RFC 9110 §15.5.9: "the client MAY repeat that request" |
+/// | 429, 503 with a valid `Retry-After` | throttled, for that long | RFC 6585 §4, RFC 9110 §15.6.4, §10.2.3 |
+/// | 429, 503 without | transient | the server is overloaded for now |
+/// | 502, 504 | transient | §15.6.3, §15.6.5: a gateway's upstream failed or was slow |
+/// | 500 | permanent ([`StatusPolicy::retry_500`] opts in) | §15.6.1: an unexpected condition, often a bug |
+/// | other 4xx and 5xx | permanent | the request, not the moment, is at fault |
+/// | any, with `Do-Not-Retry: ?1` | permanent | the server already retried or protects itself (see the [module docs](crate::http)) |
+///
+/// ```
+/// use http::{HeaderMap, StatusCode, header::RETRY_AFTER};
+/// use std::time::Duration;
+/// use resilient::Classification;
+/// use resilient::http::classify_status;
+///
+/// let mut headers = HeaderMap::new();
+/// assert_eq!(classify_status(StatusCode::OK, &headers), None);
+/// assert_eq!(classify_status(StatusCode::NOT_FOUND, &headers), Some(Classification::Permanent));
+/// assert_eq!(classify_status(StatusCode::SERVICE_UNAVAILABLE, &headers), Some(Classification::Transient));
+/// headers.insert(RETRY_AFTER, "2".parse().unwrap());
+/// assert_eq!(
+///     classify_status(StatusCode::TOO_MANY_REQUESTS, &headers),
+///     Some(Classification::Throttled { retry_after: Some(Duration::from_secs(2)) }),
+/// );
+/// ```
+pub fn classify_status(status: StatusCode, headers: &HeaderMap) -> Option<Classification> {
+    StatusPolicy::DEFAULT.classify(status, headers)
+}
+
+/// `true` for a failure status after which the server may nevertheless
+/// have carried out the request: a 500 (it failed while processing), and a
+/// 502/504 or other 5xx from a gateway (its upstream may have done it).
+/// 503 and 429 are refusals before processing (RFC 9110 §15.6.4, RFC 6585
+/// §4), 408 a request the server never finished receiving (§15.5.9), and
+/// other 4xx requests it rejected.
+pub(crate) fn may_have_taken_effect(status: StatusCode) -> bool {
+    status.is_server_error() && status != StatusCode::SERVICE_UNAVAILABLE
+}

@@ -1,0 +1,193 @@
+//! The client side over [reqwest]: its errors classified, and
+//! requests that carry the idempotency key and the remaining deadline.
+//!
+//! ```
+//! use resilient::{IdempotencyKey, resilient};
+//! use resilient::reqwest::RequestBuilderExt;
+//!
+//! #[resilient(retries = 3, breaker = "payments", deadline_ms = 15000, timeout_ms = 2000)]
+//! async fn charge(client: &reqwest::Client, key: &IdempotencyKey, cents: u64)
+//!     -> Result<String, resilient::http::Error>
+//! {
+//!     let response = client
+//!         .post("http://127.0.0.1:1/charges")
+//!         .idempotency_key(key)
+//!         .body(cents.to_string())
+//!         .send_checked() // deadline headers, send, non-success status → Err
+//!         .await?;
+//!     Ok(response.text().await?)
+//! }
+//! ```
+//!
+//! What the error says about retrying, by reqwest's own error kinds:
+//!
+//! | reqwest error | classification | may have taken effect |
+//! |---|---|---|
+//! | connecting (`is_connect`, including a connect timeout) | transient | no: nothing was sent |
+//! | timeout, reset or other failure after connecting (`is_timeout`, `is_request`, `is_body`) | transient | yes: the request may have arrived |
+//! | a success body that arrived whole but does not decode (`is_decode`), a redirect loop | permanent | yes |
+//! | a body cut short while reading it (`is_decode` or `is_body` with an I/O cause) | transient | yes |
+//! | an unbuildable request (`is_builder`) | permanent | no |
+//! | `error_for_status` (`is_status`) | by its status (its headers are lost: prefer [`ResponseExt::check_status`]) | by its status |
+
+use std::future::Future;
+
+use ::http::HeaderMap;
+use ::reqwest::{RequestBuilder, Response};
+
+use crate::http::{Error, IDEMPOTENCY_KEY, Stage};
+use crate::{Classification, Classify, IdempotencyKey};
+
+/// How much of a permanent failure's body is kept for its message.
+const MAX_ERROR_BODY: usize = 4096;
+
+fn stage(e: &::reqwest::Error) -> Stage {
+    if e.is_builder() {
+        Stage::InvalidRequest
+    } else if e.is_connect() {
+        Stage::NotSent
+    } else if (e.is_decode() && !broke_in_transit(e)) || e.is_redirect() {
+        Stage::InvalidResponse
+    } else {
+        // Timeouts, resets and body errors after connecting: whether the
+        // server received the request cannot be known, so assume it may
+        // have (the safe side for a charge).
+        Stage::AfterSend
+    }
+}
+
+/// reqwest reports a body cut short while `text()` or `json()` read it as
+/// a decode error; the I/O error in its chain tells it from a body that
+/// arrived whole and did not parse.
+fn broke_in_transit(e: &::reqwest::Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(err) = source {
+        if err.is::<std::io::Error>() {
+            return true;
+        }
+        source = err.source();
+    }
+    false
+}
+
+/// Converts by [reqwest's error kinds](self): whether it was sent, whether
+/// it timed out; an `error_for_status` error keeps its status.
+impl From<::reqwest::Error> for Error {
+    fn from(e: ::reqwest::Error) -> Self {
+        if let Some(status) = e.status().filter(|_| e.is_status()) {
+            return Error::from_status(status, HeaderMap::new());
+        }
+        let (stage, timeout) = (stage(&e), e.is_timeout());
+        Error::transport_with(Box::new(e), stage, timeout)
+    }
+}
+
+/// For error types of your own that wrap a `reqwest::Error`: the same
+/// classification as [`resilient::http::Error`](Error) gives it.
+impl Classify for ::reqwest::Error {
+    fn classify(&self) -> Classification {
+        if let Some(status) = self.status().filter(|_| self.is_status()) {
+            return crate::http::classify_status(status, &HeaderMap::new())
+                .unwrap_or(Classification::Permanent);
+        }
+        match stage(self) {
+            Stage::NotSent | Stage::AfterSend => Classification::Transient,
+            Stage::InvalidRequest | Stage::InvalidResponse => Classification::Permanent,
+        }
+    }
+
+    fn may_have_taken_effect(&self) -> bool {
+        if let Some(status) = self.status().filter(|_| self.is_status()) {
+            return Error::from_status(status, HeaderMap::new()).may_have_taken_effect();
+        }
+        matches!(stage(self), Stage::AfterSend | Stage::InvalidResponse)
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for ::reqwest::RequestBuilder {}
+    impl Sealed for ::reqwest::Response {}
+}
+
+/// Sends what the next hop needs to know: the operation's idempotency key
+/// and the time left.
+///
+/// Sealed: implemented for [`reqwest::RequestBuilder`] only.
+pub trait RequestBuilderExt: sealed::Sealed + Sized {
+    /// Sets `Idempotency-Key: {key}`, so the server can recognise a retry
+    /// of an operation it already carried out. Send the same key on every
+    /// attempt: create it before the annotated call, not inside it.
+    fn idempotency_key(self, key: &IdempotencyKey) -> Self;
+
+    /// Sets the current task's remaining deadline ([`crate::remaining`]) as
+    /// `grpc-timeout` and `Request-Budget-Ms` (see [`crate::http`] for the
+    /// headers); no change when no deadline is set. Inside an annotated
+    /// function with `timeout_ms`, that is the attempt's own deadline: the
+    /// next hop never works longer than this attempt waits for it.
+    fn propagate_deadline(self) -> Self;
+
+    /// [`propagate_deadline`](Self::propagate_deadline), sends, and turns a
+    /// failure status into an `Err` ([`ResponseExt::check_status`]): one
+    /// call from a request to a classified result.
+    fn send_checked(self) -> impl Future<Output = Result<Response, Error>> + Send;
+}
+
+impl RequestBuilderExt for RequestBuilder {
+    fn idempotency_key(self, key: &IdempotencyKey) -> Self {
+        self.header(IDEMPOTENCY_KEY, key.as_str())
+    }
+
+    fn propagate_deadline(self) -> Self {
+        match crate::remaining() {
+            Some(budget) => {
+                let mut headers = HeaderMap::new();
+                crate::http::insert_deadline(&mut headers, budget);
+                self.headers(headers)
+            }
+            None => self,
+        }
+    }
+
+    fn send_checked(self) -> impl Future<Output = Result<Response, Error>> + Send {
+        let request = self.propagate_deadline();
+        async move { request.send().await?.check_status().await }
+    }
+}
+
+/// Turns an unsuccessful response into a classified [`Error`].
+///
+/// Sealed: implemented for [`reqwest::Response`] only.
+pub trait ResponseExt: sealed::Sealed + Sized {
+    /// `Ok(self)` for 1xx/2xx/3xx; otherwise an [`Error`] holding the status
+    /// and headers (so `Retry-After` and `Do-Not-Retry` count). The body is
+    /// read (its first 4 KiB) only when the failure is permanent, where it
+    /// usually says why and the caller will see it; a retryable failure's
+    /// body is not read, so a retry is not delayed by it.
+    fn check_status(self) -> impl Future<Output = Result<Self, Error>> + Send;
+}
+
+impl ResponseExt for Response {
+    async fn check_status(self) -> Result<Self, Error> {
+        let status = self.status();
+        if !(status.is_client_error() || status.is_server_error()) {
+            return Ok(self);
+        }
+        let mut response = self;
+        let headers = std::mem::take(response.headers_mut());
+        let error = Error::from_status(status, headers);
+        if error.classify().is_retryable() {
+            return Err(error);
+        }
+        let mut body = Vec::new();
+        // A body that fails mid-way still explains what it got to.
+        while let Ok(Some(chunk)) = response.chunk().await {
+            let room = MAX_ERROR_BODY - body.len();
+            body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            if body.len() >= MAX_ERROR_BODY {
+                break;
+            }
+        }
+        Err(error.with_body(String::from_utf8_lossy(&body).into_owned()))
+    }
+}

@@ -1,0 +1,107 @@
+//! gRPC over [tonic]: `tonic::Status` as the error type of an
+//! annotated call, with no glue, and deadlines sent in `grpc-timeout`.
+//!
+//! ```
+//! use resilient::resilient;
+//! use resilient::tonic::RequestExt;
+//!
+//! #[resilient(retries = 3, deadline_ms = 2000, timeout_ms = 500, idempotent)]
+//! async fn check(name: &str) -> Result<u32, tonic::Status> {
+//!     let mut request = tonic::Request::new(name.to_owned());
+//!     request.propagate_deadline(); // grpc-timeout = the time this attempt has left
+//!     // client.check(request).await …
+//!     # Ok(1)
+//! }
+//! ```
+//!
+//! * [`Classify`] for [`tonic::Status`], by
+//!   [`crate::grpc::classify_code`] (A6: `UNAVAILABLE` transient,
+//!   `RESOURCE_EXHAUSTED` throttled, the rest permanent), honouring the
+//!   server's `grpc-retry-pushback-ms`.
+//! * `From<resilient::Error> for tonic::Status`: a refusal becomes
+//!   `DEADLINE_EXCEEDED` (deadline, attempt timeout) or `UNAVAILABLE`
+//!   (breaker open, bulkhead full, shed), with pushback `-1` ("do not
+//!   retry", A6), or `INTERNAL` (an unconfigured name).
+//! * On the server, `resilient::tower::ResilienceLayer`
+//!   (feature `tower`) works in `Server::builder().layer(…)`: it reads
+//!   `grpc-timeout` into the handler's deadline and answers
+//!   `DEADLINE_EXCEEDED` once it has passed.
+
+use ::tonic::metadata::MetadataValue;
+use ::tonic::{Code, Status};
+
+use crate::grpc::{RETRY_PUSHBACK_MS, classify_code, parse_pushback};
+use crate::{Classification, Classify, ErrorKind};
+
+/// By the status code and the server's pushback; see [`crate::grpc::classify_code`].
+impl Classify for Status {
+    fn classify(&self) -> Classification {
+        let pushback = self.metadata().get(RETRY_PUSHBACK_MS).map(|v| {
+            v.to_str()
+                .map_or(crate::grpc::Pushback::DoNotRetry, parse_pushback)
+        });
+        classify_code(self.code() as i32, pushback).unwrap_or(Classification::Permanent)
+    }
+
+    fn may_have_taken_effect(&self) -> bool {
+        status_may_have_taken_effect(self)
+    }
+}
+
+/// `true` for the codes after which the server may have done the work:
+/// `DEADLINE_EXCEEDED` and `CANCELLED` (the answer did not come in time,
+/// or the call was cut), `UNKNOWN`, `INTERNAL` and `DATA_LOSS` (the server
+/// failed while processing). The other codes are refusals before
+/// processing or results of it.
+fn status_may_have_taken_effect(status: &Status) -> bool {
+    matches!(
+        status.code(),
+        Code::DeadlineExceeded | Code::Cancelled | Code::Unknown | Code::Internal | Code::DataLoss
+    )
+}
+
+impl From<crate::Error> for Status {
+    fn from(e: crate::Error) -> Self {
+        let code = match e.kind() {
+            ErrorKind::DeadlineExceeded | ErrorKind::AttemptTimedOut => Code::DeadlineExceeded,
+            ErrorKind::BreakerOpen | ErrorKind::BulkheadFull | ErrorKind::LoadShed => {
+                Code::Unavailable
+            }
+            ErrorKind::UnknownName => Code::Internal,
+        };
+        let mut status = Status::new(code, e.to_string());
+        // A refusal is this layer's decision: no caller should retry it.
+        status
+            .metadata_mut()
+            .insert(RETRY_PUSHBACK_MS, MetadataValue::from_static("-1"));
+        status
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl<T> Sealed for ::tonic::Request<T> {}
+}
+
+/// Sends the remaining deadline with a tonic request.
+///
+/// Sealed: implemented for [`tonic::Request`] only.
+pub trait RequestExt: sealed::Sealed {
+    /// Sets the current task's remaining deadline ([`crate::remaining`]) as
+    /// the request's timeout, which tonic sends as `grpc-timeout` (rounded
+    /// up, never shortened); no change without a deadline.
+    fn propagate_deadline(&mut self);
+}
+
+impl<T> RequestExt for ::tonic::Request<T> {
+    fn propagate_deadline(&mut self) {
+        if let Some(budget) = crate::remaining() {
+            // tonic's `set_timeout` writes its own encoding of grpc-timeout;
+            // ours never rounds down, so write it ourselves.
+            let value = crate::GrpcTimeout::from(budget.max(std::time::Duration::from_nanos(1)));
+            if let Ok(v) = value.to_string().parse() {
+                self.metadata_mut().insert("grpc-timeout", v);
+            }
+        }
+    }
+}

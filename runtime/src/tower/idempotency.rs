@@ -1,0 +1,457 @@
+//! Server-side idempotency keys: the first request with a key runs, every
+//! later one with the same key gets its stored answer.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasher, Hasher, RandomState};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use ::http::header::CONTENT_TYPE;
+use ::http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
+use bytes::Bytes;
+use http_body::Body;
+use http_body_util::{BodyExt, Either, Full, Limited};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tower_layer::Layer;
+use tower_service::Service;
+
+use super::{ResponseBody, ResponseFuture};
+use crate::http::{IDEMPOTENCY_KEY, PROBLEM_JSON};
+
+/// `Idempotent-Replayed: true` marks an answer served from the store (the
+/// name Stripe uses), so a client can tell a replay from a first run.
+pub const IDEMPOTENT_REPLAYED: ::http::HeaderName =
+    ::http::HeaderName::from_static("idempotent-replayed");
+
+/// Keys kept by default: enough for a busy service's day at modest rates;
+/// raise it with [`IdempotencyLayer::capacity`].
+const DEFAULT_CAPACITY: usize = 10_000;
+/// How long a key is remembered by default: 24 hours, as Stripe documents
+/// for its API ("keys are eligible to be removed after 24 hours").
+const DEFAULT_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+/// The largest request or response body buffered by default (1 MiB).
+const DEFAULT_MAX_BODY: usize = 1 << 20;
+
+/// Runs a request carrying an `Idempotency-Key` once, and answers every
+/// repeat of it with the first answer.
+///
+/// * The first request with a key runs; its answer is stored (status,
+///   headers, body) and replayed to every repeat, failures included: once
+///   the handler has run, running it again could do the work twice. Only
+///   the answers that say the request was *not* processed are forgotten,
+///   so the client's retry runs it: 408, 429 and 503 (RFC 9110 §15.5.9,
+///   §15.6.4; RFC 6585 §4), and an answer whose body failed mid-way (make
+///   such handlers safe to re-run, or answer 503 before doing anything).
+/// * A request with the same key that arrives while the first runs waits
+///   for it and gets its answer (whatever it is); one that arrives later
+///   gets the stored answer at once. Both carry `Idempotent-Replayed: true`.
+/// * The same key with a different method, path or body is refused with
+///   `422 Unprocessable Content` (the key was reused for another
+///   operation: IETF draft `draft-ietf-httpapi-idempotency-key-header`).
+/// * An invalid key (see [`IdempotencyKey::from_stable_id`](crate::IdempotencyKey::from_stable_id))
+///   is refused with 400, a body over the limit with 413.
+/// * Requests without the header pass through untouched.
+///
+/// The store is in memory, per process, bounded ([`capacity`](Self::capacity)
+/// keys, oldest forgotten first) and expiring ([`ttl`](Self::ttl)); for
+/// several replicas, keep keys in a shared database instead.
+///
+/// ```text
+/// Router::new().route("/charges", post(charge)).layer(IdempotencyLayer::new())
+/// ```
+#[derive(Debug, Clone)]
+pub struct IdempotencyLayer {
+    store: Arc<Store>,
+}
+
+impl Default for IdempotencyLayer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl IdempotencyLayer {
+    /// 10,000 keys, kept 24 hours, bodies up to 1 MiB.
+    pub fn new() -> Self {
+        IdempotencyLayer {
+            store: Arc::new(Store::new(DEFAULT_CAPACITY, DEFAULT_TTL, DEFAULT_MAX_BODY)),
+        }
+    }
+
+    fn rebuild(&self, f: impl FnOnce(&mut Settings)) -> Self {
+        let mut settings = self.store.settings;
+        f(&mut settings);
+        IdempotencyLayer {
+            store: Arc::new(Store::new(
+                settings.capacity,
+                settings.ttl,
+                settings.max_body,
+            )),
+        }
+    }
+
+    /// At most `keys` keys are remembered; past that, the oldest are
+    /// forgotten first. At least 1.
+    pub fn capacity(self, keys: usize) -> Self {
+        self.rebuild(|s| s.capacity = keys.max(1))
+    }
+
+    /// How long a key is remembered after its first answer.
+    pub fn ttl(self, ttl: Duration) -> Self {
+        self.rebuild(|s| s.ttl = ttl)
+    }
+
+    /// The largest request (and stored response) body, in bytes.
+    pub fn max_body_bytes(self, bytes: usize) -> Self {
+        self.rebuild(|s| s.max_body = bytes)
+    }
+}
+
+impl<S> Layer<S> for IdempotencyLayer {
+    type Service = Idempotency<S>;
+
+    fn layer(&self, inner: S) -> Idempotency<S> {
+        Idempotency {
+            inner,
+            store: self.store.clone(),
+        }
+    }
+}
+
+/// The service [`IdempotencyLayer`] makes.
+#[derive(Debug, Clone)]
+pub struct Idempotency<S> {
+    inner: S,
+    store: Arc<Store>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Settings {
+    capacity: usize,
+    ttl: Duration,
+    max_body: usize,
+}
+
+#[derive(Debug)]
+struct Store {
+    settings: Settings,
+    hasher: RandomState,
+    entries: Mutex<Entries>,
+}
+
+#[derive(Debug, Default)]
+struct Entries {
+    by_key: HashMap<String, Entry>,
+    /// Keys in insertion order, with the generation of their entry: the
+    /// eviction order (an old generation is a key since replaced).
+    order: VecDeque<(String, u64)>,
+    generation: u64,
+}
+
+#[derive(Debug)]
+struct Entry {
+    fingerprint: u64,
+    generation: u64,
+    state: EntryState,
+}
+
+#[derive(Debug)]
+enum EntryState {
+    Running(watch::Receiver<Option<Arc<Stored>>>),
+    Done { answer: Arc<Stored>, until: Instant },
+}
+
+#[derive(Debug)]
+struct Stored {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+/// What a request with a key must do.
+enum Claim {
+    /// Run the handler, then [`Store::finish`] or drop the sender.
+    Run(watch::Sender<Option<Arc<Stored>>>, u64),
+    Replay(Arc<Stored>),
+    Wait(watch::Receiver<Option<Arc<Stored>>>),
+    Mismatch,
+}
+
+impl Store {
+    fn new(capacity: usize, ttl: Duration, max_body: usize) -> Self {
+        Store {
+            settings: Settings {
+                capacity,
+                ttl,
+                max_body,
+            },
+            hasher: RandomState::new(),
+            entries: Mutex::default(),
+        }
+    }
+
+    fn fingerprint(&self, method: &::http::Method, uri: &::http::Uri, body: &[u8]) -> u64 {
+        let mut h = self.hasher.build_hasher();
+        h.write(method.as_str().as_bytes());
+        h.write_u8(0);
+        h.write(uri.path_and_query().map_or("", |p| p.as_str()).as_bytes());
+        h.write_u8(0);
+        h.write(body);
+        h.finish()
+    }
+
+    fn claim(&self, key: &str, fingerprint: u64) -> Claim {
+        let now = Instant::now();
+        let mut e = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(entry) = e.by_key.get(key) {
+            let live = match &entry.state {
+                EntryState::Running(rx) => Some(Claim::Wait(rx.clone())),
+                EntryState::Done { answer, until } if *until > now => {
+                    Some(Claim::Replay(answer.clone()))
+                }
+                EntryState::Done { .. } => None,
+            };
+            if let Some(claim) = live {
+                return if entry.fingerprint == fingerprint {
+                    claim
+                } else {
+                    Claim::Mismatch
+                };
+            }
+        }
+        // Absent or expired: this request runs. Make room first.
+        while e.by_key.len() >= self.settings.capacity {
+            let Some((old, generation)) = e.order.pop_front() else {
+                break;
+            };
+            if e.by_key
+                .get(&old)
+                .is_some_and(|x| x.generation == generation)
+            {
+                e.by_key.remove(&old);
+            }
+        }
+        e.generation += 1;
+        let generation = e.generation;
+        let (tx, rx) = watch::channel(None);
+        e.by_key.insert(
+            key.to_owned(),
+            Entry {
+                fingerprint,
+                generation,
+                state: EntryState::Running(rx),
+            },
+        );
+        e.order.push_back((key.to_owned(), generation));
+        // Keep the order queue from growing without bound when keys are
+        // replaced often.
+        if e.order.len() > 2 * self.settings.capacity {
+            let Entries { by_key, order, .. } = &mut *e;
+            order.retain(|(k, g)| by_key.get(k).is_some_and(|x| x.generation == *g));
+        }
+        Claim::Run(tx, generation)
+    }
+
+    /// Stores a final answer, or forgets the key so a retry runs again.
+    fn finish(&self, key: &str, generation: u64, answer: Option<Arc<Stored>>) {
+        let mut e = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(entry) = e.by_key.get_mut(key).filter(|x| x.generation == generation) else {
+            return; // evicted meanwhile
+        };
+        match answer {
+            Some(answer) => {
+                entry.state = EntryState::Done {
+                    answer,
+                    until: Instant::now() + self.settings.ttl,
+                };
+            }
+            None => {
+                e.by_key.remove(key);
+            }
+        }
+    }
+}
+
+/// Forgets a running key if the handler's future is dropped (the client
+/// went away) before it answered, so a retry can run it.
+struct RunGuard {
+    store: Arc<Store>,
+    key: String,
+    generation: u64,
+    tx: Option<watch::Sender<Option<Arc<Stored>>>>,
+}
+
+impl RunGuard {
+    /// Hands `answer` to the requests waiting on this one, and keeps it
+    /// for later ones if it is `final`.
+    fn complete(mut self, answer: Option<Arc<Stored>>, keep: bool) {
+        let kept = answer.clone().filter(|_| keep);
+        self.store.finish(&self.key, self.generation, kept);
+        if let Some(tx) = self.tx.take() {
+            // `None` (no answer): the waiters claim the key again.
+            let _ = tx.send(answer);
+        }
+    }
+}
+
+impl Drop for RunGuard {
+    fn drop(&mut self) {
+        if self.tx.is_some() {
+            self.store.finish(&self.key, self.generation, None);
+        }
+    }
+}
+
+fn replay<B>(stored: &Stored) -> Response<ResponseBody<B>> {
+    let mut response = Response::new(Either::Right(Full::new(stored.body.clone())));
+    *response.status_mut() = stored.status;
+    *response.headers_mut() = stored.headers.clone();
+    response
+        .headers_mut()
+        .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+    response
+}
+
+fn problem<B>(status: StatusCode, detail: &str) -> Response<ResponseBody<B>> {
+    let body = format!(
+        "{{\"type\":\"about:blank\",\"title\":\"{}\",\"status\":{},\"detail\":\"{}\"}}",
+        status.canonical_reason().unwrap_or(""),
+        status.as_u16(),
+        detail
+    );
+    let mut response = Response::new(Either::Right(Full::new(Bytes::from(body))));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+    response
+}
+
+/// Every answer is kept except those saying the request was not processed
+/// (see the layer's docs).
+fn is_final(status: StatusCode) -> bool {
+    !matches!(
+        status,
+        StatusCode::REQUEST_TIMEOUT
+            | StatusCode::TOO_MANY_REQUESTS
+            | StatusCode::SERVICE_UNAVAILABLE
+    )
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl<S, ReqB, ResB> Service<Request<ReqB>> for Idempotency<S>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    ReqB: Body + From<Bytes> + Send + 'static,
+    ReqB::Data: Send,
+    ReqB::Error: Into<BoxError>,
+    ResB: Body<Data = Bytes> + Send + 'static,
+    ResB::Error: Into<BoxError>,
+{
+    type Response = Response<ResponseBody<ResB>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<ResB, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqB>) -> Self::Future {
+        let Some(key) = request.headers().get(&IDEMPOTENCY_KEY) else {
+            let fut = self.inner.call(request);
+            return Box::pin(async move { Ok(fut.await?.map(Either::Left)) });
+        };
+        let key = key
+            .to_str()
+            .ok()
+            .and_then(|k| crate::IdempotencyKey::from_stable_id(k).ok());
+        let Some(key) = key else {
+            return Box::pin(std::future::ready(Ok(problem(
+                StatusCode::BAD_REQUEST,
+                "invalid Idempotency-Key: 1 to 255 visible ASCII characters other than quote and backslash",
+            ))));
+        };
+        // The ready service runs this request; the clone takes its place
+        // (tower's usual pattern for services called from a future).
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let store = self.store.clone();
+        Box::pin(async move {
+            let max = store.settings.max_body;
+            let (parts, body) = request.into_parts();
+            let bytes = match Limited::new(body, max).collect().await {
+                Ok(collected) => collected.to_bytes(),
+                Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                    return Ok(problem(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        "request body over the idempotency layer's limit",
+                    ));
+                }
+                Err(_) => {
+                    return Ok(problem(StatusCode::BAD_REQUEST, "request body unreadable"));
+                }
+            };
+            let fingerprint = store.fingerprint(&parts.method, &parts.uri, &bytes);
+            let mut request = Some(Request::from_parts(parts, ReqB::from(bytes)));
+            loop {
+                match store.claim(key.as_str(), fingerprint) {
+                    Claim::Replay(stored) => return Ok(replay(&stored)),
+                    Claim::Mismatch => {
+                        return Ok(problem(
+                            StatusCode::UNPROCESSABLE_ENTITY,
+                            "this Idempotency-Key was already used for a different request",
+                        ));
+                    }
+                    Claim::Wait(mut rx) => {
+                        // Ends with the first request's answer, or with
+                        // `None` when it was dropped or not final: then
+                        // claim again (and maybe run it ourselves).
+                        let answer = match rx.wait_for(Option::is_some).await {
+                            Ok(answer) => answer.clone(),
+                            Err(_) => None,
+                        };
+                        if let Some(stored) = answer {
+                            return Ok(replay(&stored));
+                        }
+                    }
+                    Claim::Run(tx, generation) => {
+                        let guard = RunGuard {
+                            store: store.clone(),
+                            key: key.as_str().to_owned(),
+                            generation,
+                            tx: Some(tx),
+                        };
+                        let request = request.take().expect("runs once: the loop returns after");
+                        std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
+                        let response = inner.call(request).await?;
+                        let (parts, body) = response.into_parts();
+                        let Ok(collected) = Limited::new(body, max).collect().await else {
+                            guard.complete(None, false);
+                            return Ok(problem(
+                                StatusCode::INTERNAL_SERVER_ERROR,
+                                "the handler's answer could not be read",
+                            ));
+                        };
+                        let stored = Arc::new(Stored {
+                            status: parts.status,
+                            headers: parts.headers.clone(),
+                            body: collected.to_bytes(),
+                        });
+                        guard.complete(Some(stored.clone()), is_final(parts.status));
+                        let mut response = Response::from_parts(
+                            parts,
+                            Either::Right(Full::new(stored.body.clone())),
+                        );
+                        response.headers_mut().remove(IDEMPOTENT_REPLAYED);
+                        return Ok(response);
+                    }
+                }
+            }
+        })
+    }
+}

@@ -1,0 +1,223 @@
+//! The server side as a [tower](::tower_layer) layer, for axum, tonic and
+//! any tower-based HTTP server: the caller's deadline becomes this
+//! request's deadline, and this service's "do not retry" reaches the
+//! caller.
+//!
+//! ```text
+//! axum:  Router::new().route("/charges", post(charge)).layer(ResilienceLayer::new())
+//! tonic: Server::builder().layer(ResilienceLayer::new()).add_service(service)
+//! ```
+//!
+//! For each request, [`Resilience`]:
+//!
+//! 1. reads the caller's remaining deadline from `grpc-timeout` and
+//!    `Request-Budget-Ms` (the sooner wins; see [`crate::http`]) and runs the
+//!    handler under it with [`with_deadline`](crate::with_deadline), so every
+//!    annotated call the handler makes inherits it and sends on what is left
+//!    to the next hop: one deadline for the whole call chain. A tenth of it,
+//!    at most 100 ms, is kept back for the answer's trip back
+//!    ([`ResilienceLayer::max_reply_reserve`]), so that "do not retry"
+//!    reaches the caller before the caller's own timer fires;
+//! 2. answers at once, without running the handler, when that deadline has
+//!    already passed (`Request-Budget-Ms: 0`), and cuts the handler when it
+//!    passes while it runs: the caller has stopped waiting, so the work is
+//!    wasted, exactly as when the caller disconnects. The answer is 504 with
+//!    a problem+json body for HTTP, and `DEADLINE_EXCEEDED` for gRPC;
+//! 3. when an annotated call inside the handler gave up (its retries, retry
+//!    budget or deadline spent, or refused by an open breaker, a full
+//!    bulkhead, load shedding; see [`Report::gave_up`](crate::Report::gave_up)),
+//!    marks a failure response `Do-Not-Retry: ?1` (HTTP) or
+//!    `grpc-retry-pushback-ms: -1` (gRPC, proposal A6), so the caller's
+//!    client does not retry what this service already retried: one
+//!    retrying layer across services, not one per hop.
+//!
+//! The library's refusals returned by a handler become responses by
+//! [`refusal_response`](crate::http::refusal_response) (axum: `IntoResponse`,
+//! see `resilient::axum`).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use ::http::{HeaderValue, Request, Response, StatusCode, header::CONTENT_TYPE};
+use bytes::Bytes;
+use http_body_util::{Either, Full};
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::http::{GRPC_RETRY_PUSHBACK_MS, deadline_budget};
+
+mod idempotency;
+pub use idempotency::{IDEMPOTENT_REPLAYED, Idempotency, IdempotencyLayer};
+
+/// The response body of [`Resilience`]: the handler's own, or the layer's
+/// answer (problem+json, or empty for gRPC).
+pub type ResponseBody<B> = Either<B, Full<Bytes>>;
+
+/// The layer's future. Boxed: it runs the handler inside the task-local
+/// deadline scope, whose future type cannot be named; one allocation per
+/// request is small next to an HTTP exchange.
+pub type ResponseFuture<B, E> =
+    Pin<Box<dyn Future<Output = Result<Response<ResponseBody<B>>, E>> + Send + 'static>>;
+
+/// The most of the caller's budget kept back, by default, for the answer's
+/// trip back (see [`ResilienceLayer::max_reply_reserve`]).
+const DEFAULT_MAX_REPLY_RESERVE: Duration = Duration::from_millis(100);
+
+/// Applies [`Resilience`] to a service: deadlines in, "do not retry" out.
+/// See the [module docs](self).
+#[derive(Debug, Clone, Copy)]
+pub struct ResilienceLayer {
+    max_reply_reserve: Duration,
+}
+
+impl Default for ResilienceLayer {
+    fn default() -> Self {
+        ResilienceLayer {
+            max_reply_reserve: DEFAULT_MAX_REPLY_RESERVE,
+        }
+    }
+}
+
+impl ResilienceLayer {
+    /// The layer, keeping back a tenth of the caller's budget, at most
+    /// 100 ms, for the answer's trip back.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The handler runs under the caller's budget minus a reserve for the
+    /// answer to travel back: a tenth of the budget, at most `max`
+    /// (default 100 ms; zero runs the handler to the caller's last
+    /// instant).
+    ///
+    /// Why: without it, a handler still retrying its own dependency gives
+    /// up at the very instant its caller stops waiting; the caller's own
+    /// timer fires first, it never hears "do not retry", and it retries
+    /// the whole call (measured in `tests/tests/three_services.rs`: 12
+    /// attempts at a hanging database instead of at most 4). A tenth leaves
+    /// time for a loaded network without cutting short budgets much; the
+    /// cap keeps long budgets nearly whole.
+    pub fn max_reply_reserve(mut self, max: Duration) -> Self {
+        self.max_reply_reserve = max;
+        self
+    }
+}
+
+impl<S> Layer<S> for ResilienceLayer {
+    type Service = Resilience<S>;
+
+    fn layer(&self, inner: S) -> Resilience<S> {
+        Resilience {
+            inner,
+            max_reply_reserve: self.max_reply_reserve,
+        }
+    }
+}
+
+/// The service [`ResilienceLayer`] makes. See the [module docs](self).
+#[derive(Debug, Clone)]
+pub struct Resilience<S> {
+    inner: S,
+    max_reply_reserve: Duration,
+}
+
+impl<S> Resilience<S> {
+    /// Wraps `inner`, with [`ResilienceLayer::new`]'s settings.
+    pub fn new(inner: S) -> Self {
+        ResilienceLayer::new().layer(inner)
+    }
+
+    /// The wrapped service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, ReqB, ResB> Service<Request<ReqB>> for Resilience<S>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>>,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    ResB: Send + 'static,
+{
+    type Response = Response<ResponseBody<ResB>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<ResB, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqB>) -> Self::Future {
+        let grpc = is_grpc(&request);
+        let budget = deadline_budget(request.headers());
+        if budget == Some(Duration::ZERO) {
+            return Box::pin(std::future::ready(Ok(deadline_passed(grpc))));
+        }
+        let budget = budget.map(|b| b - (b / 10).min(self.max_reply_reserve));
+        let handler = self.inner.call(request);
+        Box::pin(async move {
+            let observed = crate::observe(handler);
+            let (result, report) = match budget {
+                Some(budget) => match crate::with_deadline(budget, observed).await {
+                    Ok(done) => done,
+                    Err(_) => return Ok(deadline_passed(grpc)),
+                },
+                None => observed.await,
+            };
+            let mut response = result?;
+            if report.gave_up() {
+                mark_do_not_retry(&mut response, grpc);
+            }
+            Ok(response.map(Either::Left))
+        })
+    }
+}
+
+/// `true` for a gRPC request (`application/grpc`, `application/grpc+proto`…).
+fn is_grpc<B>(request: &Request<B>) -> bool {
+    request
+        .headers()
+        .get(CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+}
+
+fn mark_do_not_retry<B>(response: &mut Response<B>, grpc: bool) {
+    if grpc {
+        // gRPC carries its status in trailers, which a layer cannot see
+        // before the body is done; pushback in the headers is read with a
+        // trailers-only error, and ignored on success (A6).
+        response
+            .headers_mut()
+            .insert(GRPC_RETRY_PUSHBACK_MS, HeaderValue::from_static("-1"));
+    } else {
+        let status = response.status();
+        if status.is_client_error() || status.is_server_error() {
+            crate::http::set_do_not_retry(response.headers_mut());
+        }
+    }
+}
+
+/// The answer when the caller's deadline passed before or while the
+/// handler ran.
+fn deadline_passed<B>(grpc: bool) -> Response<ResponseBody<B>> {
+    if grpc {
+        // A trailers-only response: HTTP 200 with the status in headers
+        // (gRPC over HTTP/2 specification). Code 4 is DEADLINE_EXCEEDED.
+        let mut response = Response::new(Either::Right(Full::new(Bytes::new())));
+        let headers = response.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+        headers.insert("grpc-status", HeaderValue::from_static("4"));
+        headers.insert(
+            "grpc-message",
+            HeaderValue::from_static("deadline%20exceeded"),
+        );
+        headers.insert(GRPC_RETRY_PUSHBACK_MS, HeaderValue::from_static("-1"));
+        return response;
+    }
+    let refusal = crate::http::refusal_response(&crate::Error::deadline_exceeded());
+    debug_assert_eq!(refusal.status(), StatusCode::GATEWAY_TIMEOUT);
+    refusal.map(|body| Either::Right(Full::new(Bytes::from(body))))
+}

@@ -1,0 +1,188 @@
+//! gRPC over tonic against a real server on 127.0.0.1 (the standard
+//! `grpc.health.v1` service from `tonic-health`, so no protoc is needed):
+//! `tonic::Status` as an annotated function's error type, the deadline sent
+//! in `grpc-timeout` and read by `ResilienceLayer` into the handler's
+//! deadline, and a passed deadline answered `DEADLINE_EXCEEDED` at once.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use resilient::tonic::RequestExt;
+use resilient::tower::ResilienceLayer;
+use resilient::{Classification, Classify, resilient};
+use tonic::transport::{Channel, Server, server::TcpIncoming};
+use tonic::{Code, Status};
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_client::HealthClient;
+use tower::Layer;
+
+type Seen = Arc<Mutex<Vec<Option<Duration>>>>;
+
+/// Starts the health service behind `ResilienceLayer`, recording the
+/// deadline each handler runs under.
+async fn serve() -> (SocketAddr, Seen) {
+    let (reporter, health) = tonic_health::server::health_reporter();
+    reporter
+        .set_service_status("payments", tonic_health::ServingStatus::Serving)
+        .await;
+    let seen: Seen = Arc::default();
+    let record = {
+        let seen = seen.clone();
+        tower::util::MapFutureLayer::new(move |fut| {
+            let seen = seen.clone();
+            async move {
+                seen.lock().unwrap().push(resilient::remaining());
+                fut.await
+            }
+        })
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _reporter = reporter;
+        Server::builder()
+            .layer(ResilienceLayer::new())
+            .layer(record)
+            .add_service(health)
+            .serve_with_incoming(TcpIncoming::from(listener))
+            .await
+            .unwrap()
+    });
+    (addr, seen)
+}
+
+fn client(addr: SocketAddr) -> HealthClient<Channel> {
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_lazy();
+    HealthClient::new(channel)
+}
+
+#[resilient(retries = 3, base_ms = 1, cap_ms = 5, deadline_ms = 800, idempotent)]
+async fn check(mut client: HealthClient<Channel>, service: &str) -> Result<i32, Status> {
+    let mut request = tonic::Request::new(HealthCheckRequest {
+        service: service.to_owned(),
+    });
+    request.propagate_deadline();
+    Ok(client.check(request).await?.into_inner().status)
+}
+
+#[tokio::test]
+async fn the_deadline_crosses_in_grpc_timeout_and_becomes_the_handlers() {
+    let (addr, seen) = serve().await;
+    let status = check(client(addr), "payments").await.unwrap();
+    assert_eq!(
+        status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+    let seen = seen.lock().unwrap();
+    let remaining = seen[0].expect("the handler runs under the caller's deadline");
+    assert!(remaining <= Duration::from_millis(800), "{remaining:?}");
+    assert!(remaining > Duration::from_millis(100), "{remaining:?}");
+}
+
+#[tokio::test]
+async fn a_permanent_status_is_not_retried() {
+    let (addr, seen) = serve().await;
+    let (result, report) = resilient::observe(check(client(addr), "no-such-service")).await;
+    let status = result.unwrap_err();
+    assert_eq!(status.code(), Code::NotFound);
+    assert_eq!(status.classify(), Classification::Permanent);
+    assert_eq!(report.attempts().len(), 1);
+    assert_eq!(seen.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn an_unreachable_server_is_unavailable_retried_and_certainly_not_done() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let (result, report) = resilient::observe(check(client(addr), "payments")).await;
+    let status = result.unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert_eq!(status.classify(), Classification::Transient);
+    assert_eq!(report.attempts().len(), 4);
+    assert!(!report.may_have_taken_effect());
+}
+
+#[tokio::test]
+async fn a_passed_deadline_is_answered_deadline_exceeded_with_do_not_retry() {
+    let (addr, seen) = serve().await;
+    let mut request = tonic::Request::new(HealthCheckRequest {
+        service: "payments".into(),
+    });
+    request
+        .metadata_mut()
+        .insert("request-budget-ms", "0".parse().unwrap());
+    let status = client(addr).check(request).await.unwrap_err();
+    assert_eq!(status.code(), Code::DeadlineExceeded);
+    assert_eq!(
+        status.metadata().get("grpc-retry-pushback-ms").unwrap(),
+        "-1"
+    );
+    assert_eq!(status.classify(), Classification::Permanent);
+    assert!(seen.lock().unwrap().is_empty(), "the handler did not run");
+}
+
+#[test]
+fn refusals_become_statuses_no_one_retries() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let refusal = rt
+        .block_on(resilient::with_deadline(Duration::ZERO, async {}))
+        .unwrap_err();
+    let status = Status::from(refusal);
+    assert_eq!(status.code(), Code::DeadlineExceeded);
+    assert_eq!(status.classify(), Classification::Permanent);
+
+    let pushed = Status::with_metadata(Code::ResourceExhausted, "slow down", {
+        let mut m = tonic::metadata::MetadataMap::new();
+        m.insert("grpc-retry-pushback-ms", "250".parse().unwrap());
+        m
+    });
+    assert_eq!(
+        pushed.classify(),
+        Classification::Throttled {
+            retry_after: Some(Duration::from_millis(250))
+        }
+    );
+}
+
+#[resilient(retries = 3, base_ms = 1, cap_ms = 2, idempotent)]
+async fn flaky_dependency() -> Result<(), std::io::Error> {
+    Err(std::io::ErrorKind::ConnectionRefused.into())
+}
+
+/// The gRPC branch of the layer's "do not retry": a handler whose
+/// annotated call gave up answers with `grpc-retry-pushback-ms: -1`, which
+/// a client classifies as permanent (proposal A6). Called in process: a
+/// gRPC handler of our own would need generated code.
+#[tokio::test]
+async fn a_grpc_handler_that_gave_up_answers_pushback_minus_one() {
+    use tower::{Service, ServiceExt};
+
+    let handler = tower::service_fn(|_: http::Request<()>| async {
+        let failed = flaky_dependency().await.is_err();
+        let status = if failed {
+            Status::unavailable("db down")
+        } else {
+            Status::ok("")
+        };
+        Ok::<_, std::convert::Infallible>(status.into_http::<()>())
+    });
+    let mut service = ResilienceLayer::new().layer(handler);
+    let request = http::Request::builder()
+        .header("content-type", "application/grpc")
+        .body(())
+        .unwrap();
+    let response = service.ready().await.unwrap().call(request).await.unwrap();
+    assert_eq!(response.headers()["grpc-retry-pushback-ms"], "-1");
+    let status = Status::from_header_map(response.headers()).unwrap();
+    assert_eq!(status.code(), Code::Unavailable);
+    let metadata = tonic::metadata::MetadataMap::from_headers(response.headers().clone());
+    let status = Status::with_metadata(status.code(), status.message(), metadata);
+    assert_eq!(status.classify(), Classification::Permanent);
+}

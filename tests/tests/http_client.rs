@@ -1,0 +1,368 @@
+//! The reqwest client side against real servers on 127.0.0.1: statuses,
+//! transport failures before and after sending, the headers sent, and an
+//! annotated function returning `resilient::http::Error` with no glue.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use resilient::http::Error;
+use resilient::reqwest::RequestBuilderExt;
+use resilient::{Classification, Classify, IdempotencyKey, resilient};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+async fn serve(router: Router) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    addr
+}
+
+/// A raw TCP server that reads one request head, then does `then`.
+async fn raw_server(hang: bool) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let mut seen = Vec::new();
+                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                    let n = socket.read(&mut buf).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    seen.extend_from_slice(&buf[..n]);
+                }
+                if hang {
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                } else {
+                    // Half an answer, then the connection goes away: the
+                    // request arrived, the response is lost.
+                    let _ = socket
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\npartial")
+                        .await;
+                    drop(socket);
+                }
+            });
+        }
+    });
+    addr
+}
+
+fn status_router() -> Router {
+    async fn status(Path(code): Path<u16>, headers: HeaderMap) -> impl IntoResponse {
+        let mut out = HeaderMap::new();
+        if let Some(v) = headers.get("x-send-retry-after") {
+            out.insert(axum::http::header::RETRY_AFTER, v.clone());
+        }
+        (
+            StatusCode::from_u16(code).unwrap(),
+            out,
+            format!("body of {code}"),
+        )
+    }
+    Router::new().route("/status/{code}", get(status))
+}
+
+#[tokio::test]
+async fn responses_classify_by_status_and_read_the_body_only_when_permanent() {
+    let addr = serve(status_router()).await;
+    let client = reqwest::Client::new();
+    let get = |code: u16, retry_after: Option<&'static str>| {
+        let mut req = client.get(format!("http://{addr}/status/{code}"));
+        if let Some(v) = retry_after {
+            req = req.header("x-send-retry-after", v);
+        }
+        req.send_checked()
+    };
+
+    assert!(get(200, None).await.is_ok());
+
+    let e = get(404, None).await.unwrap_err();
+    assert_eq!(e.status(), Some(StatusCode::NOT_FOUND));
+    assert_eq!(e.classify(), Classification::Permanent);
+    assert_eq!(
+        e.body(),
+        Some("body of 404"),
+        "a permanent failure's body says why"
+    );
+    assert!(!e.may_have_taken_effect());
+    assert!(e.to_string().contains("404") && e.to_string().contains("body of 404"));
+
+    let e = get(503, None).await.unwrap_err();
+    assert_eq!(e.classify(), Classification::Transient);
+    assert_eq!(e.body(), None, "a retryable failure's body is not read");
+
+    let e = get(429, Some("2")).await.unwrap_err();
+    assert_eq!(
+        e.classify(),
+        Classification::Throttled {
+            retry_after: Some(Duration::from_secs(2))
+        }
+    );
+
+    // An HTTP-date ten seconds ahead, in IMF-fixdate.
+    let when = httpdate_in(Duration::from_secs(10));
+    let e = get(503, Some(Box::leak(when.into_boxed_str())))
+        .await
+        .unwrap_err();
+    match e.classify() {
+        Classification::Throttled {
+            retry_after: Some(d),
+        } => assert!(
+            d > Duration::from_secs(7) && d <= Duration::from_secs(10),
+            "{d:?}"
+        ),
+        other => panic!("{other:?}"),
+    }
+
+    let e = get(500, None).await.unwrap_err();
+    assert_eq!(e.classify(), Classification::Permanent);
+    assert_eq!(
+        resilient::http::classify_retrying_500(&e),
+        Classification::Transient
+    );
+    assert!(e.may_have_taken_effect(), "a 500 failed while processing");
+}
+
+/// IMF-fixdate for now + `ahead`, written with the standard library only.
+fn httpdate_in(ahead: Duration) -> String {
+    let secs = (std::time::SystemTime::now() + ahead)
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let days = secs / 86_400;
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    let wd = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"][(days % 7) as usize];
+    let mon = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ][(m - 1) as usize];
+    let r = secs % 86_400;
+    format!(
+        "{wd}, {d:02} {mon} {y} {:02}:{:02}:{:02} GMT",
+        r / 3600,
+        r / 60 % 60,
+        r % 60
+    )
+}
+
+#[tokio::test]
+async fn connection_refused_is_transient_and_certainly_not_done() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let err: Error = reqwest::Client::new()
+        .get(format!("http://{addr}/"))
+        .send()
+        .await
+        .unwrap_err()
+        .into();
+    assert_eq!(err.classify(), Classification::Transient);
+    assert!(!err.may_have_taken_effect(), "{err:?}");
+}
+
+#[tokio::test]
+async fn connection_lost_mid_response_is_transient_and_may_have_taken_effect() {
+    let addr = raw_server(false).await;
+    let result = async {
+        let response = reqwest::Client::new()
+            .post(format!("http://{addr}/charges"))
+            .send_checked()
+            .await?;
+        Ok::<_, Error>(response.text().await?)
+    }
+    .await;
+    let err = result.unwrap_err();
+    assert_eq!(err.classify(), Classification::Transient, "{err:?}");
+    assert!(err.may_have_taken_effect(), "{err:?}");
+}
+
+#[tokio::test]
+async fn client_timeout_after_sending_may_have_taken_effect() {
+    let addr = raw_server(true).await;
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_millis(50))
+        .build()
+        .unwrap();
+    let err: Error = client
+        .post(format!("http://{addr}/charges"))
+        .send()
+        .await
+        .unwrap_err()
+        .into();
+    assert!(err.is_timeout(), "{err:?}");
+    assert_eq!(err.classify(), Classification::Transient);
+    assert!(err.may_have_taken_effect());
+}
+
+#[tokio::test]
+async fn an_undecodable_success_is_permanent_and_took_effect() {
+    let router = Router::new().route("/n", get(|| async { "not a number" }));
+    let addr = serve(router).await;
+    let err: Error = reqwest::Client::new()
+        .get(format!("http://{addr}/n"))
+        .send()
+        .await
+        .unwrap()
+        .json::<u32>()
+        .await
+        .unwrap_err()
+        .into();
+    assert_eq!(err.classify(), Classification::Permanent);
+    assert!(err.may_have_taken_effect());
+}
+
+#[tokio::test]
+async fn a_refusal_converts_and_is_never_retried() {
+    let refusal = resilient::with_deadline(Duration::ZERO, async {})
+        .await
+        .unwrap_err();
+    let err = Error::from(refusal);
+    assert_eq!(err.classify(), Classification::Permanent);
+    assert!(err.is_timeout());
+    assert!(err.refusal().is_some());
+    let response = err.to_response();
+    assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
+    assert!(resilient::http::is_do_not_retry(response.headers()));
+}
+
+#[derive(Default)]
+struct Seen {
+    calls: AtomicU32,
+    keys: Mutex<Vec<String>>,
+    budgets: Mutex<Vec<(Option<String>, Option<String>)>>,
+}
+
+fn flaky_router(seen: Arc<Seen>, failures: u32, status: StatusCode) -> Router {
+    async fn charge(
+        State((seen, failures, status)): State<(Arc<Seen>, u32, StatusCode)>,
+        headers: HeaderMap,
+    ) -> impl IntoResponse {
+        let n = seen.calls.fetch_add(1, Ordering::SeqCst);
+        let text = |name: &str| headers.get(name).map(|v| v.to_str().unwrap().to_owned());
+        seen.keys
+            .lock()
+            .unwrap()
+            .push(text("idempotency-key").unwrap_or_default());
+        seen.budgets
+            .lock()
+            .unwrap()
+            .push((text("grpc-timeout"), text("request-budget-ms")));
+        if n < failures {
+            (status, [("retry-after", "0")], "try later").into_response()
+        } else {
+            (StatusCode::OK, "receipt-1").into_response()
+        }
+    }
+    Router::new()
+        .route("/charges", post(charge))
+        .with_state((seen, failures, status))
+}
+
+#[resilient(
+    retries = 3,
+    base_ms = 1,
+    cap_ms = 5,
+    deadline_ms = 2000,
+    timeout_ms = 500
+)]
+async fn charge(
+    client: &reqwest::Client,
+    addr: SocketAddr,
+    key: &IdempotencyKey,
+) -> Result<String, resilient::http::Error> {
+    let response = client
+        .post(format!("http://{addr}/charges"))
+        .idempotency_key(key)
+        .send_checked()
+        .await?;
+    Ok(response.text().await?)
+}
+
+#[tokio::test]
+async fn annotated_client_retries_throttled_answers_with_one_key_and_the_deadline() {
+    let seen = Arc::new(Seen::default());
+    let addr = serve(flaky_router(
+        seen.clone(),
+        2,
+        StatusCode::SERVICE_UNAVAILABLE,
+    ))
+    .await;
+    let client = reqwest::Client::new();
+    let key = IdempotencyKey::random();
+
+    assert_eq!(charge(&client, addr, &key).await.unwrap(), "receipt-1");
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 3);
+    let keys = seen.keys.lock().unwrap();
+    assert!(keys.iter().all(|k| k == key.as_str()), "{keys:?}");
+
+    // Each attempt sent its own remaining time: at most the 500 ms attempt
+    // timeout, in both headers.
+    for (grpc, ms) in seen.budgets.lock().unwrap().iter() {
+        let grpc: resilient::GrpcTimeout = grpc.as_deref().unwrap().parse().unwrap();
+        let ms: u64 = ms.as_deref().unwrap().parse().unwrap();
+        assert!(grpc.duration() <= Duration::from_millis(500), "{grpc}");
+        assert!(grpc.duration() > Duration::from_millis(100), "{grpc}");
+        assert!((101..=500).contains(&ms), "{ms}");
+    }
+}
+
+#[tokio::test]
+async fn annotated_client_does_not_retry_a_permanent_answer() {
+    let seen = Arc::new(Seen::default());
+    let addr = serve(flaky_router(
+        seen.clone(),
+        10,
+        StatusCode::UNPROCESSABLE_ENTITY,
+    ))
+    .await;
+    let err = charge(&reqwest::Client::new(), addr, &IdempotencyKey::random())
+        .await
+        .unwrap_err();
+    assert_eq!(err.status(), Some(StatusCode::UNPROCESSABLE_ENTITY));
+    assert_eq!(err.body(), Some("try later"));
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn annotated_client_stops_at_do_not_retry() {
+    async fn overloaded() -> impl IntoResponse {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [("do-not-retry", "?1"), ("retry-after", "0")],
+            "",
+        )
+    }
+    static CALLS: AtomicU32 = AtomicU32::new(0);
+    let router = Router::new().route(
+        "/charges",
+        post(|| async {
+            CALLS.fetch_add(1, Ordering::SeqCst);
+            overloaded().await
+        }),
+    );
+    let addr = serve(router).await;
+    let err = charge(&reqwest::Client::new(), addr, &IdempotencyKey::random())
+        .await
+        .unwrap_err();
+    assert!(err.is_do_not_retry());
+    assert_eq!(err.classify(), Classification::Permanent);
+    assert_eq!(CALLS.load(Ordering::SeqCst), 1);
+}

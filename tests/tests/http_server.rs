@@ -1,0 +1,190 @@
+//! The server side (tower layer in axum, `IntoResponse`) against real
+//! clients on 127.0.0.1: the caller's deadline becomes the handler's, a
+//! passed deadline is answered at once, refusals become 503/504 with
+//! problem+json, and a handler that gave up says "do not retry".
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use resilient::tower::ResilienceLayer;
+use resilient::{Breaker, BreakerConfig, Bulkhead, BulkheadConfig};
+use tokio::net::TcpListener;
+
+async fn serve(router: Router) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    addr
+}
+
+/// Answers the handler's remaining deadline, in whole milliseconds.
+async fn remaining() -> String {
+    match resilient::remaining() {
+        Some(d) => d.as_millis().to_string(),
+        None => "none".to_owned(),
+    }
+}
+
+#[tokio::test]
+async fn the_callers_deadline_becomes_the_handlers() {
+    let addr = serve(
+        Router::new()
+            .route("/", get(remaining))
+            .layer(ResilienceLayer::new()),
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let ask = |headers: &[(&'static str, &'static str)]| {
+        let mut req = client.get(format!("http://{addr}/"));
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        async move { req.send().await.unwrap().text().await.unwrap() }
+    };
+
+    assert_eq!(ask(&[]).await, "none");
+    let ms: u64 = ask(&[("request-budget-ms", "300")]).await.parse().unwrap();
+    assert!((1..=300).contains(&ms), "{ms}");
+    // Both headers: the sooner wins.
+    let ms: u64 = ask(&[("request-budget-ms", "300"), ("grpc-timeout", "150m")])
+        .await
+        .parse()
+        .unwrap();
+    assert!((1..=150).contains(&ms), "{ms}");
+    // A malformed deadline is ignored, not refused.
+    assert_eq!(ask(&[("grpc-timeout", "soon")]).await, "none");
+}
+
+#[tokio::test]
+async fn a_passed_deadline_is_answered_at_once_without_running_the_handler() {
+    static RAN: AtomicU32 = AtomicU32::new(0);
+    let addr = serve(
+        Router::new()
+            .route(
+                "/",
+                get(|| async {
+                    RAN.fetch_add(1, Ordering::SeqCst);
+                    "ran"
+                }),
+            )
+            .layer(ResilienceLayer::new()),
+    )
+    .await;
+    let response = reqwest::Client::new()
+        .get(format!("http://{addr}/"))
+        .header("request-budget-ms", "0")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json"
+    );
+    assert_eq!(response.headers()["do-not-retry"], "?1");
+    let body = response.text().await.unwrap();
+    assert!(body.contains("\"kind\":\"deadline_exceeded\""), "{body}");
+    assert!(body.contains("\"status\":504"), "{body}");
+    assert_eq!(RAN.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_handler_still_running_at_the_deadline_is_cut() {
+    let addr = serve(
+        Router::new()
+            .route(
+                "/",
+                get(|| async {
+                    tokio::time::sleep(Duration::from_secs(20)).await;
+                    "late"
+                }),
+            )
+            .layer(ResilienceLayer::new()),
+    )
+    .await;
+    let start = Instant::now();
+    let response = reqwest::Client::new()
+        .get(format!("http://{addr}/"))
+        .header("grpc-timeout", "50m")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
+    assert!(start.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test]
+async fn refusals_become_503_with_retry_after_and_problem_json() {
+    let breaker = Arc::new(
+        Breaker::new(
+            "payments",
+            BreakerConfig::default().wait_duration_in_open_state(Duration::from_millis(2500)),
+        )
+        .unwrap(),
+    );
+    breaker.transition_to(resilient::State::Open);
+    let bulkhead = Arc::new(
+        Bulkhead::new(
+            "db",
+            BulkheadConfig::default()
+                .max_concurrent(1)
+                .max_wait(Duration::ZERO),
+        )
+        .unwrap(),
+    );
+    async fn open(
+        State((b, _)): State<(Arc<Breaker>, Arc<Bulkhead>)>,
+    ) -> Result<String, resilient::Error> {
+        let _permit = b.try_acquire()?;
+        Ok("ran".into())
+    }
+    async fn full(
+        State((_, h)): State<(Arc<Breaker>, Arc<Bulkhead>)>,
+    ) -> Result<String, resilient::Error> {
+        let _first = h.try_acquire()?;
+        let _second = h.try_acquire()?;
+        Ok("ran".into())
+    }
+    let addr = serve(
+        Router::new()
+            .route("/open", get(open))
+            .route("/full", get(full))
+            .with_state((breaker, bulkhead))
+            .layer(ResilienceLayer::new()),
+    )
+    .await;
+    let client = reqwest::Client::new();
+
+    let response = client
+        .get(format!("http://{addr}/open"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let retry_after: u64 = response.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=3).contains(&retry_after), "{retry_after}");
+    assert_eq!(response.headers()["do-not-retry"], "?1");
+    let body = response.text().await.unwrap();
+    assert!(body.contains("\"kind\":\"breaker_open\""), "{body}");
+    assert!(body.contains("\"name\":\"payments\""), "{body}");
+
+    let response = client
+        .get(format!("http://{addr}/full"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(response.headers().get("retry-after").is_none());
+    let body = response.text().await.unwrap();
+    assert!(body.contains("\"kind\":\"bulkhead_full\""), "{body}");
+}

@@ -1,0 +1,217 @@
+//! The server-side idempotency layer over real sockets: one run per key,
+//! stored answers for repeats (concurrent or later), 422 for a reused key
+//! with another body, and a store that is bounded and expires.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::post;
+use resilient::tower::IdempotencyLayer;
+use tokio::net::TcpListener;
+
+#[derive(Default)]
+struct Provider {
+    runs: AtomicU32,
+    /// Answer 503 to the first this many runs.
+    fail_first: u32,
+    /// Answer 500 (after doing the work) to every run.
+    crash: bool,
+    delay: Duration,
+}
+
+async fn charge(State(p): State<Arc<Provider>>, body: String) -> impl IntoResponse {
+    let n = p.runs.fetch_add(1, Ordering::SeqCst) + 1;
+    tokio::time::sleep(p.delay).await;
+    if n <= p.fail_first {
+        return (StatusCode::SERVICE_UNAVAILABLE, "busy".to_owned());
+    }
+    if p.crash {
+        return (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("crashed in run {n}"),
+        );
+    }
+    (StatusCode::CREATED, format!("charge {n} of {body}"))
+}
+
+async fn serve(provider: Arc<Provider>, layer: IdempotencyLayer) -> SocketAddr {
+    let router = Router::new()
+        .route("/charges", post(charge))
+        .with_state(provider)
+        .layer(layer);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    addr
+}
+
+async fn post_charge(
+    addr: SocketAddr,
+    key: Option<&str>,
+    body: &str,
+) -> (StatusCode, bool, String) {
+    let mut request = reqwest::Client::new()
+        .post(format!("http://{addr}/charges"))
+        .body(body.to_owned());
+    if let Some(key) = key {
+        request = request.header("idempotency-key", key);
+    }
+    let response = request.send().await.unwrap();
+    let replayed = response.headers().get("idempotent-replayed").is_some();
+    (response.status(), replayed, response.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn a_repeat_gets_the_stored_answer_without_running_again() {
+    let provider = Arc::new(Provider::default());
+    let addr = serve(provider.clone(), IdempotencyLayer::new()).await;
+    let first = post_charge(addr, Some("order-1"), "500").await;
+    let again = post_charge(addr, Some("order-1"), "500").await;
+    assert_eq!(
+        first,
+        (StatusCode::CREATED, false, "charge 1 of 500".into())
+    );
+    assert_eq!(again, (StatusCode::CREATED, true, "charge 1 of 500".into()));
+    assert_eq!(provider.runs.load(Ordering::SeqCst), 1);
+
+    // Another key is another operation; no key, no deduplication.
+    post_charge(addr, Some("order-2"), "500").await;
+    post_charge(addr, None, "500").await;
+    post_charge(addr, None, "500").await;
+    assert_eq!(provider.runs.load(Ordering::SeqCst), 4);
+}
+
+#[tokio::test]
+async fn concurrent_requests_with_one_key_run_once() {
+    let provider = Arc::new(Provider {
+        delay: Duration::from_millis(100),
+        ..Provider::default()
+    });
+    let addr = serve(provider.clone(), IdempotencyLayer::new()).await;
+    let answers = futures_join_all(
+        (0..6)
+            .map(|_| tokio::spawn(async move { post_charge(addr, Some("order-7"), "900").await }))
+            .collect(),
+    )
+    .await;
+    assert_eq!(provider.runs.load(Ordering::SeqCst), 1);
+    assert!(
+        answers.iter().all(|a| a.2 == "charge 1 of 900"),
+        "{answers:?}"
+    );
+    assert_eq!(
+        answers.iter().filter(|a| !a.1).count(),
+        1,
+        "one ran, the rest were replays"
+    );
+}
+
+async fn futures_join_all<T: std::fmt::Debug>(handles: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.unwrap());
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_reused_key_with_another_body_is_refused_422() {
+    let provider = Arc::new(Provider::default());
+    let addr = serve(provider.clone(), IdempotencyLayer::new()).await;
+    post_charge(addr, Some("order-3"), "500").await;
+    let (status, _, body) = post_charge(addr, Some("order-3"), "5000").await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(body.contains("different request"), "{body}");
+    assert_eq!(provider.runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_retryable_answer_is_not_stored_so_the_retry_runs() {
+    let provider = Arc::new(Provider {
+        fail_first: 1,
+        ..Provider::default()
+    });
+    let addr = serve(provider.clone(), IdempotencyLayer::new()).await;
+    assert_eq!(
+        post_charge(addr, Some("order-4"), "1").await.0,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    let retry = post_charge(addr, Some("order-4"), "1").await;
+    assert_eq!(retry, (StatusCode::CREATED, false, "charge 2 of 1".into()));
+    assert_eq!(
+        post_charge(addr, Some("order-4"), "1").await,
+        (StatusCode::CREATED, true, "charge 2 of 1".into())
+    );
+}
+
+#[tokio::test]
+async fn a_server_error_is_stored_since_the_work_may_be_done() {
+    let provider = Arc::new(Provider {
+        crash: true,
+        ..Provider::default()
+    });
+    let addr = serve(provider.clone(), IdempotencyLayer::new()).await;
+    let first = post_charge(addr, Some("order-8"), "1").await;
+    let again = post_charge(addr, Some("order-8"), "1").await;
+    assert_eq!(first.0, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(
+        again,
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            true,
+            "crashed in run 1".into()
+        )
+    );
+    assert_eq!(provider.runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn the_store_is_bounded_oldest_key_first() {
+    let provider = Arc::new(Provider::default());
+    let addr = serve(provider.clone(), IdempotencyLayer::new().capacity(2)).await;
+    for key in ["a", "b", "c"] {
+        post_charge(addr, Some(key), "1").await;
+    }
+    assert_eq!(provider.runs.load(Ordering::SeqCst), 3);
+    // "c" and "b" are remembered, "a" was forgotten to make room.
+    assert!(post_charge(addr, Some("c"), "1").await.1);
+    assert!(post_charge(addr, Some("b"), "1").await.1);
+    assert!(!post_charge(addr, Some("a"), "1").await.1);
+    assert_eq!(provider.runs.load(Ordering::SeqCst), 4);
+}
+
+#[tokio::test]
+async fn keys_expire() {
+    let provider = Arc::new(Provider::default());
+    let addr = serve(
+        provider.clone(),
+        IdempotencyLayer::new().ttl(Duration::from_millis(50)),
+    )
+    .await;
+    post_charge(addr, Some("order-5"), "1").await;
+    assert!(post_charge(addr, Some("order-5"), "1").await.1);
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    let after = post_charge(addr, Some("order-5"), "1").await;
+    assert_eq!(after, (StatusCode::CREATED, false, "charge 2 of 1".into()));
+}
+
+#[tokio::test]
+async fn an_invalid_key_or_a_large_body_is_refused() {
+    let provider = Arc::new(Provider::default());
+    let addr = serve(provider.clone(), IdempotencyLayer::new().max_body_bytes(8)).await;
+    assert_eq!(
+        post_charge(addr, Some("has space"), "1").await.0,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        post_charge(addr, Some("order-6"), "123456789").await.0,
+        StatusCode::PAYLOAD_TOO_LARGE
+    );
+    assert_eq!(provider.runs.load(Ordering::SeqCst), 0);
+}
