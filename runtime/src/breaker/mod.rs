@@ -98,6 +98,9 @@ pub struct Breaker {
     name: Arc<str>,
     config: BreakerConfig,
     core: Core,
+    /// When the breaker was made, as [`crate::time::ticks`]: its windows
+    /// count from there, as they would from its own clock.
+    origin: u64,
     /// `slow_call_duration_threshold` in nanoseconds.
     slow_ns: u64,
     not_permitted: AtomicU64,
@@ -143,6 +146,7 @@ impl Breaker {
             retry_after_opens: config.honor_retry_after && config.open_on_retry_after,
         };
         Breaker {
+            origin: crate::time::ticks(Instant::now()),
             slow_ns: nanos(config.slow_call_duration_threshold),
             core: Core::new(settings, config.initial_state.phase()),
             name,
@@ -169,7 +173,7 @@ impl Breaker {
     }
 
     fn since_origin(&self, now: Instant) -> u64 {
-        crate::time::ticks(now)
+        crate::time::ticks(now).saturating_sub(self.origin)
     }
 
     /// Asks to make one call. `Err` is an [`ErrorKind::BreakerOpen`]

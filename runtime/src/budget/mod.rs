@@ -433,6 +433,10 @@ const RETRIES: usize = window::SECOND;
 /// after each attempt, and [`try_retry`](Self::try_retry) before each retry.
 pub struct RetryBudget {
     name: Arc<str>,
+    /// When it was made, as `crate::time::ticks`: its windows count from
+    /// there, so they line up with its own clock (and with tokio's paused
+    /// one in tests), whatever the process's age.
+    origin: u64,
     policy: Policy,
     granted: AtomicU64,
     refused: AtomicU64,
@@ -480,6 +484,7 @@ impl RetryBudget {
         };
         Self {
             name,
+            origin: crate::time::ticks(Instant::now()),
             policy,
             granted: AtomicU64::new(0),
             refused: AtomicU64::new(0),
@@ -492,7 +497,7 @@ impl RetryBudget {
     }
 
     fn nanos(&self, now: Instant) -> u64 {
-        crate::time::ticks(now)
+        crate::time::ticks(now).saturating_sub(self.origin)
     }
 
     /// Counts one call (its first attempt, not its retries), which earns

@@ -200,6 +200,10 @@ impl ThrottleConfig {
 /// ```
 pub struct AdaptiveThrottle {
     name: Arc<str>,
+    /// When it was made, as `crate::time::ticks`: its windows count from
+    /// there, so they line up with its own clock (and with tokio's paused
+    /// one in tests), whatever the process's age.
+    origin: u64,
     k: f64,
     window_length: Duration,
     window: Window,
@@ -229,6 +233,7 @@ impl AdaptiveThrottle {
         let nanos = crate::time::nanos(config.window);
         Self {
             name,
+            origin: crate::time::ticks(Instant::now()),
             k: config.k,
             window_length: config.window,
             window: Window::new(nanos / SLOTS as u64, SLOTS),
@@ -242,7 +247,7 @@ impl AdaptiveThrottle {
     }
 
     fn nanos(&self, now: Instant) -> u64 {
-        crate::time::ticks(now)
+        crate::time::ticks(now).saturating_sub(self.origin)
     }
 
     fn probability(&self, requests: u64, accepts: u64) -> f64 {
