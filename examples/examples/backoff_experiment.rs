@@ -134,6 +134,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         y_label: y.to_string(),
         log_y,
         shade: None,
+        legend_right: false,
         series: series(f),
     };
     chart::draw(

@@ -56,6 +56,8 @@ pub struct Panel {
     pub log_y: bool,
     /// A band of `x` to shade (a fault window), with its legend.
     pub shade: Option<(Range<f64>, String)>,
+    /// Whether the legend goes in the upper right corner (else upper left).
+    pub legend_right: bool,
     /// The lines.
     pub series: Vec<Series>,
 }
@@ -104,7 +106,15 @@ fn draw_panel(
     panel: &Panel,
 ) -> Result<(), Box<dyn Error>> {
     let x = x_range(panel);
-    let top = y_max(panel) * if panel.log_y { 2.0 } else { 1.1 };
+    // Head room above the lines for the legend: a third more decades on a
+    // log scale, a third more on a linear one.
+    let top = if panel.log_y {
+        let low = y_min_positive(panel).max(1e-3);
+        let high = y_max(panel);
+        high * (high / low).powf(0.35).max(2.0)
+    } else {
+        y_max(panel) * 1.35
+    };
     let mut builder = ChartBuilder::on(area);
     builder
         .caption(&panel.title, (FAMILY, 22))
@@ -112,7 +122,9 @@ fn draw_panel(
         .x_label_area_size(42)
         .y_label_area_size(90);
     if panel.log_y {
-        let bottom = (y_min_positive(panel) / 2.0).max(1e-3);
+        // Zeros cannot be drawn on a log scale: they sit on the bottom axis,
+        // at 1 (or half the smallest value, if smaller).
+        let bottom = (y_min_positive(panel) / 2.0).clamp(1e-3, 1.0);
         let mut chart = builder.build_cartesian_2d(x.clone(), (bottom..top).log_scale())?;
         chart
             .configure_mesh()
@@ -149,7 +161,7 @@ fn draw_panel(
                     PathElement::new([(x, y), (x + 20, y)], color.stroke_width(width))
                 });
         }
-        legend(&mut chart)?;
+        legend(&mut chart, panel.legend_right)?;
     } else {
         let mut chart = builder.build_cartesian_2d(x.clone(), 0.0..top)?;
         chart
@@ -189,12 +201,15 @@ fn draw_panel(
                     PathElement::new([(x, y), (x + 20, y)], color.stroke_width(width))
                 });
         }
-        legend(&mut chart)?;
+        legend(&mut chart, panel.legend_right)?;
     }
     Ok(())
 }
 
-fn legend<'a, DB, CT>(chart: &mut ChartContext<'a, DB, CT>) -> Result<(), Box<dyn Error>>
+fn legend<'a, DB, CT>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    right: bool,
+) -> Result<(), Box<dyn Error>>
 where
     DB: DrawingBackend + 'a,
     CT: plotters::coord::CoordTranslate,
@@ -202,7 +217,11 @@ where
 {
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(if right {
+            SeriesLabelPosition::UpperRight
+        } else {
+            SeriesLabelPosition::UpperLeft
+        })
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .label_font((FAMILY, 15))

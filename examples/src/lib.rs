@@ -11,3 +11,4 @@
 
 pub mod backoff_sim;
 pub mod chart;
+pub mod storm;
