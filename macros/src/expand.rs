@@ -177,6 +177,9 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
         let ms = t.value;
         policy.extend(quote!(.timeout_ms(#ms)));
     }
+    if args.fallback.is_some() {
+        policy.extend(quote!(.fallback()));
+    }
     for (method, name) in [
         ("breaker", &args.breaker),
         ("budget", &args.budget),
@@ -192,7 +195,7 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
     let policy_ident = format_ident!("__RESILIENT_POLICY", span = Span::mixed_site());
     let call = if checked.reuses_arguments {
         let engine = quote_spanned! {ret_span=>
-            #krate_at_ret::__private::retry::<#ret_hint, _, _, _>(&#policy_ident, #classifier, #krate_at_ret::__private::refusal_into::<#ret_hint>(), || {
+            #krate_at_ret::__private::retry::<#ret_hint, _, _, _, _>(&#policy_ident, #classifier, #krate_at_ret::__private::refusal_into::<#ret_hint>(), || {
                 #(#rebinds)*
                 async move { #(#destructures)* #body }
             })
@@ -232,7 +235,7 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
         }
     } else {
         quote_spanned! {ret_span=>
-            #krate_at_ret::__private::once::<#ret_hint, _, _, _>(&#policy_ident, #classifier, #krate_at_ret::__private::refusal_into::<#ret_hint>(), move || async move #body)
+            #krate_at_ret::__private::once::<#ret_hint, _, _, _, _>(&#policy_ident, #classifier, #krate_at_ret::__private::refusal_into::<#ret_hint>(), move || async move #body)
         }
     };
 

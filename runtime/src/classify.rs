@@ -67,6 +67,41 @@ impl Classification {
 pub trait Classify {
     /// Classify this failure.
     fn classify(&self) -> Classification;
+
+    /// `true` when the failed operation may nevertheless have taken effect
+    /// at the dependency: the request went out and the answer was lost (a
+    /// timeout while reading the response, a connection reset mid-response).
+    /// [`observe`](crate::observe) reports it, so the caller can reconcile
+    /// by the operation's [`IdempotencyKey`](crate::IdempotencyKey) instead
+    /// of assuming nothing happened.
+    ///
+    /// The default, `false`, suits errors that prove the request was not
+    /// acted on (refused connections, validation errors, a `503` the server
+    /// sent before doing anything). Attempts cut by the library's own
+    /// timeouts are reported as possibly applied whatever this says.
+    fn may_have_taken_effect(&self) -> bool {
+        false
+    }
+}
+
+/// A classification and whether the failure may have taken effect: what
+/// the engine learns from an error. Not a public API.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verdict {
+    /// The classification.
+    pub class: Classification,
+    /// See [`Classify::may_have_taken_effect`].
+    pub may_have_taken_effect: bool,
+}
+
+impl From<Classification> for Verdict {
+    fn from(class: Classification) -> Self {
+        Verdict {
+            class,
+            may_have_taken_effect: false,
+        }
+    }
 }
 
 /// By [`io::ErrorKind`]: interrupted, timed-out, reset, aborted, refused,
@@ -91,6 +126,23 @@ impl Classify for io::Error {
             _ => Classification::Permanent,
         }
     }
+
+    /// A timeout, reset, abort, broken pipe or early end of stream may have
+    /// come after the request was written; a refused connection or an
+    /// unreachable network cannot have.
+    fn may_have_taken_effect(&self) -> bool {
+        use io::ErrorKind::*;
+        if self
+            .get_ref()
+            .is_some_and(|inner| inner.downcast_ref::<crate::Error>().is_some())
+        {
+            return false;
+        }
+        matches!(
+            self.kind(),
+            TimedOut | ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof
+        )
+    }
 }
 
 /// Always [`Classification::Permanent`]: a refusal by the library (a passed
@@ -108,10 +160,16 @@ impl<C: Classify + ?Sized> Classify for &C {
     fn classify(&self) -> Classification {
         (**self).classify()
     }
+    fn may_have_taken_effect(&self) -> bool {
+        (**self).may_have_taken_effect()
+    }
 }
 
 impl<C: Classify + ?Sized> Classify for Box<C> {
     fn classify(&self) -> Classification {
         (**self).classify()
+    }
+    fn may_have_taken_effect(&self) -> bool {
+        (**self).may_have_taken_effect()
     }
 }

@@ -1,44 +1,43 @@
-//! The task's resilience context: its deadline, and whether a nested layer
-//! has already given up on a failure.
+//! The task's deadline.
 //!
-//! Both live in tokio task-locals, so they follow a call through every
-//! `.await` of the task that made it, without being passed as arguments:
+//! It lives in a tokio task-local, so it follows a call through every
+//! `.await` of the task that made it, without being passed as an argument.
+//! Each annotated call with `deadline_ms` (and each attempt with
+//! `timeout_ms`) runs its body with the deadline `min(inherited, now + N)`:
+//! a nested call never gets a longer budget than its caller has left.
+//! Concurrent calls in one task (`join!`) each see their own deadline,
+//! because each call's value is scoped to its own future.
 //!
-//! * **Deadline.** Each annotated call with `deadline_ms` (and each attempt
-//!   with `timeout_ms`) runs its body with the deadline `min(inherited, now +
-//!   N)`: a nested call never gets a longer budget than its caller has left.
-//!   Concurrent calls in one task (`join!`) each see their own deadline,
-//!   because each call's value is scoped to its own future.
-//! * **Give-up marker.** When a layer stops retrying a retryable failure
-//!   (its retries are spent, its budget or breaker refuses, its deadline is
-//!   too close), it marks the task's retry scope. An enclosing layer whose
-//!   attempt saw that mark returns the failure without retrying it, so only
-//!   the layer closest to the failing dependency retries (see the crate docs,
-//!   "One retrying layer").
+//! What nested calls tell the attempt that encloses them (how many attempts
+//! they made, whether they gave up) is the attempt frame's, in `frame.rs`.
 //!
-//! A spawned task starts with neither: tokio does not carry task-locals
+//! A spawned task starts with no deadline: tokio does not carry task-locals
 //! across `spawn`. Wrap the spawned future in [`propagate`] to give it the
-//! spawner's deadline (and its scoped [`Registry`](crate::Registry)). The give-up marker is deliberately not carried: the
-//! spawned task is its own retry scope, and a spawner that awaits its
-//! `JoinHandle` sees only the outcome.
+//! spawner's deadline (and its scoped [`Registry`](crate::Registry)). The
+//! spawned task is a new path: its attempts are its own, and a spawner that
+//! awaits its `JoinHandle` sees only the outcome.
 
-use std::cell::Cell;
 use std::future::Future;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::Error;
+use crate::frame::{Frame, InFrame, forward_all};
 
-tokio::task_local! {
-    static DEADLINE: Option<Instant>;
-    static RETRY_SCOPE: RetryScope;
-}
+/// How far ahead a timer is ever set: deadlines further than this are as
+/// good as none, and tokio's timer cannot hold an instant near the largest
+/// one. Thirty years, the horizon tokio's own `sleep` uses for a duration
+/// that does not fit.
+const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365 * 30);
 
-/// Counts the times a nested layer gave up on a retryable failure in this task.
-#[derive(Debug, Default)]
-pub(crate) struct RetryScope {
-    gave_up: Cell<u64>,
+/// The instant to set a timer for `deadline`: itself, or [`FAR_FUTURE`]
+/// from now if it is further.
+pub(crate) fn timer_at(deadline: Instant) -> Instant {
+    match Instant::now().checked_add(FAR_FUTURE) {
+        Some(far) => deadline.min(far),
+        None => deadline,
+    }
 }
 
 /// The current task's deadline, if a caller set one.
@@ -56,7 +55,7 @@ pub(crate) struct RetryScope {
 /// # }
 /// ```
 pub fn current_deadline() -> Option<Instant> {
-    DEADLINE.try_with(|d| *d).ok().flatten()
+    crate::frame::deadline()
 }
 
 /// Time left before the current task's deadline (zero once it has passed),
@@ -86,7 +85,9 @@ pub fn remaining() -> Option<Duration> {
 ///
 /// Returns `Err` with [`ErrorKind::DeadlineExceeded`](crate::ErrorKind) if
 /// the deadline passes first (the future is dropped), or at once without
-/// polling `fut` if the inherited deadline has already passed.
+/// polling `fut` if the inherited deadline has already passed. A budget
+/// too large to represent means no deadline of its own; one of years is
+/// timed no further ahead than tokio's own `sleep` would (30 years).
 pub async fn with_deadline<F: Future>(budget: Duration, fut: F) -> Result<F::Output, Error> {
     let deadline = Instant::now().checked_add(budget);
     with_deadline_at_opt(deadline, fut).await
@@ -101,23 +102,42 @@ async fn with_deadline_at_opt<F: Future>(
     deadline: Option<Instant>,
     fut: F,
 ) -> Result<F::Output, Error> {
-    match earliest(current_deadline(), deadline) {
+    let inherited = current_deadline();
+    let passed = |d: Instant| {
+        // An inherited deadline is the enclosing attempt's timer.
+        if Some(d) == inherited {
+            crate::frame::report_deadline(inherited);
+        }
+        Error::deadline_exceeded()
+    };
+    match earliest(inherited, deadline) {
         None => Ok(fut.await),
-        Some(d) if Instant::now() >= d => Err(Error::deadline_exceeded()),
-        Some(d) => tokio::time::timeout_at(d, DEADLINE.scope(Some(d), fut))
+        Some(d) if Instant::now() >= d => Err(passed(d)),
+        // Not sooner than the inherited one: nothing changes inside.
+        Some(d) if Some(d) == inherited => tokio::time::timeout_at(timer_at(d), fut)
             .await
-            .map_err(|_| Error::deadline_exceeded()),
+            .map_err(|_| passed(d)),
+        Some(d) => {
+            let frame = InFrame::new(Frame::transparent(Some(d), false), fut);
+            match tokio::time::timeout_at(timer_at(d), frame).await {
+                Ok((output, end)) => {
+                    forward_all(&end);
+                    Ok(output)
+                }
+                Err(_) => Err(passed(d)),
+            }
+        }
     }
 }
 
 /// Gives `fut` the current task's deadline and registry, for a future about
 /// to be spawned: `tokio::spawn(resilient::propagate(work))`.
 ///
-/// Both are captured when `propagate` is called. The spawned task is its own
-/// retry scope (see the module docs).
+/// Both are captured when `propagate` is called. The spawned task is a new
+/// path for counting attempts (see the module docs).
 pub fn propagate<F: Future>(fut: F) -> impl Future<Output = F::Output> {
     let registry = crate::Registry::scoped();
-    let fut = DEADLINE.scope(current_deadline(), fut);
+    let fut = crate::frame::scope_spawned(current_deadline(), fut);
     async move {
         match registry {
             Some(registry) => registry.scope(fut).await,
@@ -133,41 +153,4 @@ pub(crate) fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant
         (a, None) => a,
         (None, b) => b,
     }
-}
-
-/// Runs `fut` with `deadline` as the task's deadline.
-pub(crate) fn scope_deadline<F: Future>(
-    deadline: Option<Instant>,
-    fut: F,
-) -> tokio::task::futures::TaskLocalFuture<Option<Instant>, F> {
-    DEADLINE.scope(deadline, fut)
-}
-
-/// `true` when some enclosing layer of this task may retry, so giving up
-/// must be reported to it.
-pub(crate) fn in_retry_scope() -> bool {
-    RETRY_SCOPE.try_with(|_| ()).is_ok()
-}
-
-/// Opens the task's retry scope; called by the outermost layer that retries.
-pub(crate) fn scope_retries<F: Future>(
-    fut: F,
-) -> tokio::task::futures::TaskLocalFuture<RetryScope, F> {
-    RETRY_SCOPE.scope(RetryScope::default(), fut)
-}
-
-/// How many times a layer has given up in this task so far (0 outside a scope).
-pub(crate) fn give_ups() -> u64 {
-    RETRY_SCOPE.try_with(|s| s.gave_up.get()).unwrap_or(0)
-}
-
-/// Reports that this layer gave up on a failure enclosing layers must not retry.
-pub(crate) fn mark_gave_up() {
-    let _ = RETRY_SCOPE.try_with(|s| s.gave_up.set(s.gave_up.get().wrapping_add(1)));
-}
-
-/// Takes back the give-ups reported since `mark` (a value of
-/// [`give_ups`]): a layer whose fallback answered did not, in the end, fail.
-pub(crate) fn restore_give_ups(mark: u64) {
-    let _ = RETRY_SCOPE.try_with(|s| s.gave_up.set(mark));
 }

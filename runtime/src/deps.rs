@@ -151,6 +151,16 @@ impl Deps {
         self.breaker.is_some() || self.throttle.is_some() || self.budget.is_some()
     }
 
+    /// The retry budget, if the call has one.
+    pub(crate) fn budget(&self) -> Option<&Arc<RetryBudget>> {
+        self.budget.as_ref()
+    }
+
+    /// The retry budget, borrowed.
+    pub(crate) fn budget_ref(&self) -> Option<&RetryBudget> {
+        self.budget.as_deref()
+    }
+
     pub(crate) fn on_request(&self, now: Option<Instant>) {
         if let Some(b) = &self.budget {
             b.on_request(now.unwrap_or_else(Instant::now));

@@ -11,14 +11,22 @@ use tokio::time::Instant;
 
 use crate::__private::ReturnsResult;
 use crate::backoff::{Backoff, DEFAULT_BASE, DEFAULT_CAP};
-use crate::context::{
-    current_deadline, earliest, give_ups, in_retry_scope, mark_gave_up, scope_retries,
-};
+use crate::classify::Verdict;
+use crate::context::earliest;
 use crate::deps::{Deps, Names};
-use crate::future::{Bounded, Elapsed, IntoResult, MaybeScoped};
+use crate::frame::{self, BudgetRef, Frame, FrameEnd, PathStart};
+use crate::future::{Bounded, IntoResult};
 use crate::outcome::Outcome;
 use crate::registry::Registry;
+use crate::report::{self, AttemptOutcome};
 use crate::{Classification, Error};
+
+/// The longest `Retry-After` a call without a deadline waits for. A server
+/// asking for longer ends the retry loop at once: retrying sooner than it
+/// asked would disobey it, and parking a call for longer than a minute
+/// (days, for a broken or hostile server) helps no caller. A call with a
+/// deadline waits for any `Retry-After` that ends before its deadline.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 /// What one annotated function asked for, fixed at compile time.
 #[derive(Debug)]
@@ -29,6 +37,8 @@ pub struct Policy {
     timeout: Option<Duration>,
     backoff: Backoff,
     names: Names,
+    /// A fallback answers the call's final error.
+    fallback: bool,
     /// The parts from the global registry, found on the first call.
     global: OnceLock<Result<Deps, Error>>,
 }
@@ -43,6 +53,7 @@ impl Policy {
             timeout: None,
             backoff: Backoff::full_jitter(DEFAULT_BASE, DEFAULT_CAP),
             names: Names::NONE,
+            fallback: false,
             global: OnceLock::new(),
         }
     }
@@ -62,6 +73,14 @@ impl Policy {
     /// `bulkhead = "name"`.
     pub const fn bulkhead(mut self, name: &'static str) -> Self {
         self.names.bulkhead = Some(name);
+        self
+    }
+
+    /// `fallback = path`: the call's final error goes to a fallback, so
+    /// enclosing layers are told neither of its give-up nor of its attempts;
+    /// they judge the call by what the fallback returns.
+    pub const fn fallback(mut self) -> Self {
+        self.fallback = true;
         self
     }
 
@@ -122,6 +141,16 @@ enum DepsRef {
     Owned(Deps),
 }
 
+impl DepsRef {
+    /// The call's retry budget, to report to enclosing layers.
+    fn budget(&self) -> Option<BudgetRef> {
+        match self {
+            DepsRef::Static(d) => d.budget().map(|b| BudgetRef::Static(b)),
+            DepsRef::Owned(d) => d.budget().map(|b| BudgetRef::Shared(b.clone())),
+        }
+    }
+}
+
 impl Deref for DepsRef {
     type Target = Deps;
 
@@ -136,13 +165,20 @@ impl Deref for DepsRef {
 /// Why one attempt did not return `Ok`.
 enum Failure<E> {
     /// The function returned an error, so classified.
-    Failed(E, Classification),
-    /// The per-attempt timeout passed.
+    Failed(E, Verdict),
+    /// The per-attempt timeout passed while the body ran.
     TimedOut(Duration),
-    /// The overall deadline passed during the attempt.
+    /// The call's deadline passed while the body ran.
     Deadline,
     /// A breaker, throttle or bulkhead refused the attempt: it did not run.
     Refused(Error),
+}
+
+/// One finished attempt: its result and what its frame collected (nothing
+/// for an attempt refused before it ran).
+struct Attempted<T, E> {
+    result: Result<T, Failure<E>>,
+    frame: Option<FrameEnd>,
 }
 
 /// What a failed attempt means for the call.
@@ -151,24 +187,6 @@ enum Settled<E> {
     Retryable(E, Classification),
     /// The call's final error.
     Final(E),
-}
-
-/// A call refused before its first attempt.
-struct Refusal {
-    error: Error,
-    /// Must enclosing layers treat it as final (see `mark_gave_up`)?
-    final_for_task: bool,
-}
-
-impl Refusal {
-    fn into_error<E>(self, refuse: fn(Error) -> E) -> E {
-        let error = refuse(self.error);
-        if self.final_for_task {
-            give_up(error)
-        } else {
-            error
-        }
-    }
 }
 
 /// One call in progress: what every attempt of it shares.
@@ -183,17 +201,21 @@ struct Call<C> {
     clocked: bool,
     /// When the call began, if the clock was read.
     start: Option<Instant>,
+    /// Where the call stands on its path of nested calls.
+    path: PathStart,
 }
 
 impl<C> Call<C> {
     /// Starts a call: fixes its deadline and finds its named parts. Refuses
     /// a call whose deadline has already passed, so it does no work.
-    fn begin(policy: &'static Policy, classify: C) -> Result<Self, Refusal> {
-        let inherited = current_deadline();
-        let deps = policy.deps().map_err(|error| Refusal {
-            error,
-            final_for_task: true,
-        })?;
+    fn begin<E>(policy: &'static Policy, classify: C, refuse: fn(Error) -> E) -> Result<Self, E> {
+        let mut path = PathStart::current();
+        path.cap = path.cap.max(policy.retries.saturating_add(1));
+        let inherited = path.deadline;
+        let deps = match policy.deps() {
+            Ok(deps) => deps,
+            Err(error) => return Err(refused(policy, &path, error, refuse, true, None)),
+        };
         // The clock is read only when something needs the time: a deadline
         // or timeout, or a part that keeps time-based statistics. This one
         // read also serves as the first attempt's start.
@@ -208,15 +230,25 @@ impl<C> Call<C> {
         };
         let deadline = earliest(inherited, own);
         // Only a deadline this layer set is this layer's to give up on; an
-        // inherited one is the enclosing layer's, which sees it pass too.
+        // inherited one is the enclosing attempt's timer.
         let own_deadline = own.is_some() && own == deadline && own != inherited;
         if let (Some(deadline), Some(start)) = (deadline, start) {
             if start >= deadline {
-                return Err(Refusal {
-                    error: Error::deadline_exceeded(),
-                    final_for_task: own_deadline,
-                });
+                let error = Error::deadline_exceeded();
+                return Err(refused(
+                    policy,
+                    &path,
+                    error,
+                    refuse,
+                    own_deadline,
+                    (!own_deadline).then_some(deadline),
+                ));
             }
+        }
+        // Enclosing layers ask the budget nearest the dependency before
+        // they retry, whichever layer it belongs to.
+        if path.nested && !policy.fallback {
+            frame::report_budget(deps.budget());
         }
         Ok(Call {
             policy,
@@ -226,71 +258,108 @@ impl<C> Call<C> {
             own_deadline,
             clocked,
             start,
+            path,
         })
     }
 
     /// Runs one attempt under the breaker, throttle and bulkhead, with its
-    /// timeout, and records its outcome.
+    /// timeout, in its own frame, and records its outcome.
     ///
     /// Takes a function that makes the body's future rather than the future
     /// itself: a future passed by value into an `async fn` is stored twice
     /// in its state, and nested layers would multiply that.
     /// `started`: the attempt's start, when already read (the first one's
-    /// is the call's).
-    async fn attempt<T, E, Fut>(
+    /// is the call's). `base`: the path's position before this attempt.
+    async fn attempt<T, E, V, Fut>(
         &self,
+        number: u32,
+        base: u32,
         started: Option<Instant>,
         make: impl FnOnce() -> Fut,
-    ) -> Result<T, Failure<E>>
+    ) -> Attempted<T, E>
     where
         Fut: Future<Output = Result<T, E>>,
-        C: Fn(&E) -> Classification,
+        C: Fn(&E) -> V,
+        V: Into<Verdict>,
     {
         let now = started.or_else(|| self.clocked.then(Instant::now));
         // The attempt's timeout runs from when its body starts, after any
         // wait for a bulkhead slot.
-        let (admission, body_start) = self
-            .deps
-            .admit(now, self.deadline)
-            .await
-            .map_err(Failure::Refused)?;
+        let (admission, body_start) = match self.deps.admit(now, self.deadline).await {
+            Ok(admitted) => admitted,
+            Err(refusal) => {
+                self.record(number, AttemptOutcome::Refused(refusal.kind()), false);
+                return Attempted {
+                    result: Err(Failure::Refused(refusal)),
+                    frame: None,
+                };
+            }
+        };
+        // A request earns retry budget once, when it really goes out: not
+        // when refused locally, and not again when an enclosing layer
+        // retries it.
+        if number == 1 && !self.path.in_retry {
+            self.deps.on_request(body_start.or(now));
+        }
         let timeout_at = body_start.and_then(|start| start.checked_add(self.policy.timeout?));
         let attempt_deadline = earliest(self.deadline, timeout_at);
         // Nested annotated calls inherit the attempt's deadline, so none
         // of them plans a retry the attempt cannot wait for.
-        let result = Bounded::new(attempt_deadline, make()).await;
+        let frame = Frame::attempt(
+            &self.path,
+            base,
+            self.path.in_retry || number > 1,
+            attempt_deadline,
+        );
+        let result = Bounded::new(attempt_deadline, frame, make()).await;
         // The end time feeds breakers (slow calls) and windows; without
         // them, save the clock read.
         let end = self.deps.needs_clock().then(Instant::now);
-        match result {
-            Ok(Ok(value)) => {
+        let (result, frame_end) = match result {
+            Ok((Ok(value), frame_end)) => {
                 admission.finish(Outcome::Success, end);
-                Ok(value)
+                report::record(
+                    self.policy.function,
+                    number,
+                    AttemptOutcome::Succeeded,
+                    false,
+                );
+                (Ok(value), frame_end)
             }
-            // The body failed after this attempt's deadline had passed: a
-            // nested annotated call, which inherits that deadline, gave up
-            // on it a moment before this layer's own timer fired. It is
-            // this layer's timeout (or deadline), to be handled here.
-            Ok(Err(_))
-                if attempt_deadline.is_some_and(|d| end.unwrap_or_else(Instant::now) >= d) =>
-            {
+            // A nested annotated call ended on this attempt's deadline,
+            // which it inherited, a moment before this layer's own timer
+            // fired: it is this layer's timeout (or deadline).
+            Ok((Err(_), frame_end)) if frame_end.timer_refused => {
                 admission.finish(Outcome::Failure { retry_after: None }, end);
-                Err(self.elapsed(attempt_deadline))
+                (Err(self.elapsed(number, attempt_deadline)), frame_end)
             }
-            Ok(Err(error)) => {
-                let class = (self.classify)(&error);
-                admission.finish(Outcome::of_failure(class), end);
-                Err(Failure::Failed(error, class))
+            // Any other error is the function's own, whenever it came: an
+            // error returned at its timeout's instant is still that error.
+            Ok((Err(error), frame_end)) => {
+                let verdict: Verdict = (self.classify)(&error).into();
+                admission.finish(Outcome::of_failure(verdict.class), end);
+                self.record(
+                    number,
+                    AttemptOutcome::Failed(verdict.class),
+                    verdict.may_have_taken_effect,
+                );
+                (Err(Failure::Failed(error, verdict)), frame_end)
             }
-            Err(Elapsed) => {
+            Err(frame_end) => {
                 admission.finish(Outcome::Failure { retry_after: None }, end);
-                Err(self.elapsed(attempt_deadline))
+                (Err(self.elapsed(number, attempt_deadline)), frame_end)
             }
+        };
+        Attempted {
+            result,
+            frame: Some(frame_end),
         }
     }
 
-    /// The failure of an attempt whose deadline passed.
-    fn elapsed<E>(&self, attempt_deadline: Option<Instant>) -> Failure<E> {
+    /// The failure of an attempt whose deadline passed while it ran: the
+    /// request may have reached the dependency.
+    fn elapsed<E>(&self, number: u32, attempt_deadline: Option<Instant>) -> Failure<E> {
+        self.record(number, AttemptOutcome::TimedOut, true);
         if attempt_deadline == self.deadline {
             Failure::Deadline
         } else {
@@ -303,8 +372,8 @@ impl<C> Call<C> {
     /// this layer's own are also final for every enclosing layer.
     fn settle<E>(&self, failure: Failure<E>, refuse: fn(Error) -> E) -> Settled<E> {
         match failure {
-            Failure::Failed(error, class) if class.is_retryable() => {
-                Settled::Retryable(error, class)
+            Failure::Failed(error, verdict) if verdict.class.is_retryable() => {
+                Settled::Retryable(error, verdict.class)
             }
             Failure::Failed(error, _) => Settled::Final(error),
             Failure::TimedOut(after) => Settled::Retryable(
@@ -314,14 +383,85 @@ impl<C> Call<C> {
             Failure::Deadline => {
                 let error = refuse(Error::deadline_exceeded());
                 Settled::Final(if self.own_deadline {
-                    give_up(error)
+                    self.give_up(error)
                 } else {
+                    // The enclosing attempt's timer: that layer handles it.
+                    if self.path.nested {
+                        frame::report_deadline(self.deadline);
+                    }
                     error
                 })
             }
-            Failure::Refused(refusal) => Settled::Final(give_up(refuse(refusal))),
+            Failure::Refused(refusal) => Settled::Final(self.give_up(refuse(refusal))),
         }
     }
+
+    /// Tells enclosing layers that this call stopped on a failure they must
+    /// not retry (unless a fallback answers it).
+    fn give_up<E>(&self, error: E) -> E {
+        if !self.policy.fallback {
+            if self.path.nested {
+                frame::report_give_up();
+            }
+            if self.path.observed {
+                report::record_give_up();
+            }
+        }
+        error
+    }
+
+    /// Tells the enclosing attempt how far this call got on its path.
+    fn reach(&self, position: u32) {
+        if self.path.nested && !self.policy.fallback {
+            frame::reach(position);
+        }
+    }
+
+    /// Tells the enclosing attempt the budget nearest the dependency.
+    fn report_budget(&self, budget: Option<BudgetRef>) {
+        if self.path.nested && !self.policy.fallback {
+            frame::report_budget(budget);
+        }
+    }
+
+    /// Records an attempt in the report, when the call is observed.
+    fn record(&self, number: u32, outcome: AttemptOutcome, may_have_taken_effect: bool) {
+        if self.path.observed {
+            report::record(self.policy.function, number, outcome, may_have_taken_effect);
+        }
+    }
+}
+
+/// A call refused before its first attempt ran.
+fn refused<E>(
+    policy: &'static Policy,
+    path: &PathStart,
+    error: Error,
+    refuse: fn(Error) -> E,
+    final_for_task: bool,
+    inherited_deadline: Option<Instant>,
+) -> E {
+    if path.observed {
+        report::record(
+            policy.function,
+            1,
+            AttemptOutcome::Refused(error.kind()),
+            false,
+        );
+    }
+    if inherited_deadline.is_some() {
+        if path.nested {
+            frame::report_deadline(inherited_deadline);
+        }
+    } else if final_for_task && !policy.fallback {
+        if path.nested {
+            frame::report_give_up();
+        }
+        if path.observed {
+            report::record_give_up();
+        }
+    }
+    refuse(error)
 }
 
 /// Runs an annotated function's body once: the expansion of a function
@@ -330,7 +470,7 @@ impl<C> Call<C> {
 /// Generic over the return type `R` rather than `Result<T, E>`, with the
 /// same bounds the expansion checks at the user's return type, so a
 /// function returning something else gets exactly one error, there.
-pub async fn once<R, C, M, Fut>(
+pub async fn once<R, C, V, M, Fut>(
     policy: &'static Policy,
     classify: C,
     refuse: fn(Error) -> R::Error,
@@ -340,12 +480,13 @@ where
     M: FnOnce() -> Fut,
     Fut: Future<Output = R>,
     R: ReturnsResult,
-    C: Fn(&R::Error) -> Classification,
+    C: Fn(&R::Error) -> V,
+    V: Into<Verdict>,
 {
     R::from_result(once_inner(policy, classify, refuse, move || IntoResult::new(make())).await)
 }
 
-async fn once_inner<T, E, C, M, Fut>(
+async fn once_inner<T, E, C, V, M, Fut>(
     policy: &'static Policy,
     classify: C,
     refuse: fn(Error) -> E,
@@ -354,18 +495,25 @@ async fn once_inner<T, E, C, M, Fut>(
 where
     M: FnOnce() -> Fut,
     Fut: Future<Output = Result<T, E>>,
-    C: Fn(&E) -> Classification,
+    C: Fn(&E) -> V,
+    V: Into<Verdict>,
 {
-    let call = match Call::begin(policy, classify) {
-        Ok(call) => call,
-        Err(refusal) => return Err(refusal.into_error(refuse)),
-    };
-    call.deps.on_request(call.start);
-    match call.attempt(call.start, make).await {
+    let call = Call::begin(policy, classify, refuse)?;
+    let attempted = call.attempt(1, call.path.base, call.start, make).await;
+    if let Some(frame) = &attempted.frame {
+        call.reach(frame.high);
+        call.report_budget(frame.budget.clone());
+    }
+    match attempted.result {
         Ok(value) => Ok(value),
         Err(failure) => match call.settle(failure, refuse) {
-            // Not retried here, so an enclosing layer may still retry it.
-            Settled::Retryable(error, _) | Settled::Final(error) => Err(error),
+            // Not retried here, so an enclosing layer may still retry it;
+            // a nested give-up, though, stays final for it too.
+            Settled::Retryable(error, _) => match attempted.frame {
+                Some(frame) if frame.gave_up > 0 => Err(call.give_up(error)),
+                _ => Err(error),
+            },
+            Settled::Final(error) => Err(error),
         },
     }
 }
@@ -373,58 +521,63 @@ where
 /// Runs an annotated function's body up to `1 + retries` times: the
 /// expansion of a function with `retries`. `attempt` makes each attempt's
 /// future from fresh copies of the arguments.
-pub async fn retry<R, C, F, Fut>(
+pub async fn retry<R, C, V, F, Fut>(
     policy: &'static Policy,
     classify: C,
     refuse: fn(Error) -> R::Error,
-    mut attempt: F,
+    attempt: F,
 ) -> R
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = R>,
     R: ReturnsResult,
-    C: Fn(&R::Error) -> Classification,
+    C: Fn(&R::Error) -> V,
+    V: Into<Verdict>,
 {
-    let attempt = move || IntoResult::new(attempt());
-    let call = match Call::begin(policy, classify) {
-        Ok(call) => call,
-        Err(refusal) => return R::from_result(Err(refusal.into_error(refuse))),
-    };
-    // The outermost retrying layer of the task opens the scope in which
-    // nested layers report giving up.
-    // Built in place, not through a constructor taking the (large,
-    // unstarted) future by value: each such move is a memcpy.
-    let scoped = if in_retry_scope() {
-        MaybeScoped::Plain {
-            fut: retry_loop(call, refuse, attempt),
-        }
-    } else {
-        MaybeScoped::Scoped {
-            fut: scope_retries(retry_loop(call, refuse, attempt)),
-        }
-    };
-    R::from_result(scoped.await)
+    let mut attempt = attempt;
+    R::from_result(retry_loop(policy, classify, refuse, move || IntoResult::new(attempt())).await)
 }
 
-async fn retry_loop<T, E, C, F, Fut>(
-    call: Call<C>,
+async fn retry_loop<T, E, C, V, F, Fut>(
+    policy: &'static Policy,
+    classify: C,
     refuse: fn(Error) -> E,
     mut attempt: F,
 ) -> Result<T, E>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, E>>,
-    C: Fn(&E) -> Classification,
+    C: Fn(&E) -> V,
+    V: Into<Verdict>,
 {
-    let policy = call.policy;
+    let call = Call::begin(policy, classify, refuse)?;
     let mut delays = policy.backoff.delays();
-    call.deps.on_request(call.start);
     let mut started = call.start;
-    let mut retry: u32 = 0;
+    // This call's position on its path: attempts that reached the end of
+    // the chain, its own and those of the enclosing layers before it.
+    let mut position = call.path.base;
+    let mut number: u32 = 0;
     loop {
-        let nested_give_ups = give_ups();
-        let (error, class) = match call.attempt(started.take(), &mut attempt).await {
-            Ok(value) => return Ok(value),
+        number += 1;
+        let attempted = call
+            .attempt(number, position, started.take(), &mut attempt)
+            .await;
+        let (nested_gave_up, nested_budget) = match attempted.frame {
+            Some(frame) => {
+                position = position.max(frame.high);
+                call.reach(position);
+                call.report_budget(frame.budget.clone());
+                (frame.gave_up > 0, frame.budget)
+            }
+            None => (false, None),
+        };
+        let (error, class) = match attempted.result {
+            Ok(value) => {
+                if policy.fallback && call.path.nested {
+                    frame::reach(position);
+                }
+                return Ok(value);
+            }
             Err(failure) => match call.settle(failure, refuse) {
                 Settled::Retryable(error, class) => (error, class),
                 Settled::Final(error) => return Err(error),
@@ -432,23 +585,37 @@ where
         };
         // A nested layer already retried this failure and gave up: retrying
         // here too would multiply attempts (one retrying layer).
-        if give_ups() != nested_give_ups {
-            return Err(error);
+        if nested_gave_up {
+            trace_give_up(policy, number, "a nested call gave up");
+            return Err(call.give_up(error));
         }
-        if retry >= policy.retries {
+        if number > policy.retries {
             // A layer that never retries (only here for its fallback) has
             // not retried this failure: an enclosing layer still may.
             if policy.retries == 0 {
                 return Err(error);
             }
-            trace_give_up(policy, retry, "retries spent");
-            return Err(give_up(error));
+            trace_give_up(policy, number, "retries spent");
+            return Err(call.give_up(error));
+        }
+        // Another attempt would take the path past what its most generous
+        // layer allows: nested calls (cut by timeouts, say) already made
+        // those attempts.
+        if position >= call.path.cap {
+            trace_give_up(policy, number, "the path's attempts are spent");
+            return Err(call.give_up(error));
         }
         let mut delay = delays.next().unwrap_or(policy.backoff.cap());
         if let Classification::Throttled {
             retry_after: Some(floor),
         } = class
         {
+            // Without a deadline, a server that asks for more than the
+            // maximum is not retried at all: sooner would disobey it.
+            if call.deadline.is_none() && floor > MAX_RETRY_AFTER {
+                trace_give_up(policy, number, "Retry-After beyond the maximum wait");
+                return Err(call.give_up(error));
+            }
             delay = delay.max(floor);
         }
         let now = Instant::now();
@@ -458,18 +625,30 @@ where
             .deadline
             .is_some_and(|d| now.checked_add(delay).is_none_or(|wake| wake >= d))
         {
-            trace_give_up(policy, retry, "deadline too close to retry");
-            return Err(give_up(error));
+            trace_give_up(policy, number, "deadline too close to retry");
+            return Err(call.give_up(error));
+        }
+        // The budget nearest the dependency is asked first, whichever
+        // layer retries: an enclosing layer's retry sends the same request
+        // down again.
+        let own = call.deps.budget_ref();
+        if let Some(nested) = nested_budget
+            .as_ref()
+            .filter(|n| !own.is_some_and(|o| n.same(o)))
+        {
+            if !nested.get().try_retry(now) {
+                trace_give_up(policy, number, "retry budget spent");
+                return Err(call.give_up(error));
+            }
         }
         if !call.deps.try_retry(now) {
-            trace_give_up(policy, retry, "retry budget spent");
-            return Err(give_up(error));
+            trace_give_up(policy, number, "retry budget spent");
+            return Err(call.give_up(error));
         }
-        retry += 1;
         #[cfg(feature = "tracing")]
         tracing::debug!(
             function = policy.function,
-            retry,
+            retry = number,
             delay_ms = delay.as_millis() as u64,
             "resilient: retrying after a retryable failure"
         );
@@ -477,18 +656,12 @@ where
     }
 }
 
-/// Marks that this layer stopped on a failure enclosing layers must not retry.
-fn give_up<E>(error: E) -> E {
-    mark_gave_up();
-    error
-}
-
 #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
-fn trace_give_up(policy: &Policy, retries: u32, why: &'static str) {
+fn trace_give_up(policy: &Policy, attempts: u32, why: &'static str) {
     #[cfg(feature = "tracing")]
     tracing::debug!(
         function = policy.function,
-        retries,
+        attempts,
         why,
         "resilient: giving up"
     );

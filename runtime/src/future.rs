@@ -9,72 +9,57 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use pin_project_lite::pin_project;
-use tokio::task::futures::TaskLocalFuture;
 use tokio::time::{Instant, Sleep};
 
 use crate::__private::ReturnsResult;
-use crate::context::RetryScope;
+use crate::frame::{Frame, FrameEnd, InFrame};
 
 pin_project! {
-    /// The body's future, run with the task's deadline set to `deadline`
-    /// and cancelled when it passes.
+    /// The body's future, run in its attempt's frame with the task's
+    /// deadline set to `deadline`, and cancelled when that passes. The
+    /// timer is set only once the body has had to wait: a body that is
+    /// ready at once never touches tokio's timer.
     pub(crate) struct Bounded<F> {
         #[pin]
-        fut: TaskLocalFuture<Option<Instant>, F>,
+        fut: InFrame<F>,
+        deadline: Option<Instant>,
         #[pin]
         sleep: Option<Sleep>,
     }
 }
 
-/// The attempt's deadline passed before the body finished.
-pub(crate) struct Elapsed;
-
 impl<F: Future> Bounded<F> {
-    pub(crate) fn new(deadline: Option<Instant>, fut: F) -> Self {
+    pub(crate) fn new(deadline: Option<Instant>, frame: Frame, fut: F) -> Self {
         Bounded {
-            fut: crate::context::scope_deadline(deadline, fut),
-            sleep: deadline.map(tokio::time::sleep_until),
+            fut: InFrame::new(frame, fut),
+            deadline,
+            sleep: None,
         }
     }
 }
 
 impl<F: Future> Future for Bounded<F> {
-    type Output = Result<F::Output, Elapsed>;
+    /// The body's output, or `Err` when the deadline passed first; with
+    /// what the attempt's frame collected either way.
+    type Output = Result<(F::Output, FrameEnd), FrameEnd>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        // The body first: a body that is ready never registers a timer.
-        if let Poll::Ready(v) = this.fut.poll(cx) {
+        let mut this = self.project();
+        if let Poll::Ready(v) = this.fut.as_mut().poll(cx) {
             return Poll::Ready(Ok(v));
         }
-        match this.sleep.as_pin_mut() {
-            Some(sleep) => {
-                ready!(sleep.poll(cx));
-                Poll::Ready(Err(Elapsed))
-            }
-            None => Poll::Pending,
+        let Some(deadline) = *this.deadline else {
+            return Poll::Pending;
+        };
+        if this.sleep.is_none() {
+            this.sleep
+                .set(Some(tokio::time::sleep_until(crate::context::timer_at(
+                    deadline,
+                ))));
         }
-    }
-}
-
-pin_project! {
-    /// The engine's future, inside a new retry scope only if the task has
-    /// none yet (the outermost retrying layer opens it).
-    #[project = MaybeScopedProj]
-    pub(crate) enum MaybeScoped<F> {
-        Plain { #[pin] fut: F },
-        Scoped { #[pin] fut: TaskLocalFuture<RetryScope, F> },
-    }
-}
-
-impl<F: Future> Future for MaybeScoped<F> {
-    type Output = F::Output;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        match self.project() {
-            MaybeScopedProj::Plain { fut } => fut.poll(cx),
-            MaybeScopedProj::Scoped { fut } => fut.poll(cx),
-        }
+        let sleep = this.sleep.as_pin_mut().expect("set above");
+        ready!(sleep.poll(cx));
+        Poll::Ready(Err(this.fut.cancel()))
     }
 }
 

@@ -28,6 +28,47 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// assert_eq!(key, again);
 /// assert_eq!(key.as_str().len(), 36);
 /// ```
+///
+/// # Reconciling a call that may have taken effect
+///
+/// A failed call is not always a call that did nothing: an attempt cut by
+/// its timeout, or a connection reset after the request went out, may have
+/// been carried out with its answer lost. Run the call under
+/// [`observe`](crate::observe); when the report says it
+/// [may have taken effect](crate::Report::may_have_taken_effect), look the
+/// operation up by its key before doing it again or telling the user it
+/// failed:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+/// use resilient::{IdempotencyKey, resilient};
+/// # use std::sync::Mutex;
+/// # static CHARGED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+///
+/// #[resilient(retries = 2, timeout_ms = 1000)]
+/// async fn charge(key: &IdempotencyKey, cents: u64) -> Result<(), std::io::Error> {
+///     // The provider records the charge under the key, then the answer is lost.
+/// #   let _ = cents;
+///     CHARGED.lock().unwrap().push(key.as_str().to_owned());
+///     std::future::pending::<()>().await;
+///     Ok(())
+/// }
+///
+/// /// Asks the provider whether it carried out the operation with this key.
+/// async fn find_charge(key: &IdempotencyKey) -> bool {
+///     CHARGED.lock().unwrap().iter().any(|k| k == key.as_str())
+/// }
+///
+/// let key = IdempotencyKey::random();
+/// let (result, report) = resilient::observe(charge(&key, 1250)).await;
+/// let charged = match result {
+///     Ok(()) => true,
+///     Err(_) if report.may_have_taken_effect() => find_charge(&key).await,
+///     Err(_) => false, // certainly not carried out: safe to report a failure
+/// };
+/// assert!(charged, "the charge went through; only its answer was lost");
+/// # }
+/// ```
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct IdempotencyKey(Arc<str>);
 

@@ -9,11 +9,13 @@ mod context;
 mod deps;
 mod engine;
 mod error;
+mod frame;
 mod future;
 mod grpc_timeout;
 mod key;
 mod outcome;
 mod registry;
+mod report;
 mod rng;
 mod sync;
 mod time;
@@ -31,12 +33,14 @@ pub use backoff::{Backoff, Delays};
 pub use classify::{Classification, Classify};
 pub use config::{ConfigError, Problem};
 pub use context::{current_deadline, propagate, remaining, with_deadline, with_deadline_at};
+pub use engine::MAX_RETRY_AFTER;
 pub use error::{Error, ErrorKind};
 pub use grpc_timeout::{GrpcTimeout, InvalidGrpcTimeout};
 pub use key::{IdempotencyKey, InvalidIdempotencyKey};
 pub use registry::{
     AlreadyInstalled, FallbackSnapshot, Registry, RegistryBuilder, RegistrySnapshot,
 };
+pub use report::{AttemptOutcome, AttemptRecord, Report, observe};
 #[doc = include_str!("docs/attribute.md")]
 pub use resilient_macros::resilient;
 pub use rng::seed_jitter;

@@ -6,17 +6,17 @@ pub use crate::engine::{Policy, once, retry};
 
 use crate::{Classification, Classify, Error, IdempotencyKey};
 
-/// The task's give-up count before a call with a fallback.
+/// Kept for the expansion of functions with a fallback; the engine now
+/// learns of the fallback from the policy (`Policy::fallback`).
 pub fn give_up_mark() -> u64 {
-    crate::context::give_ups()
+    0
 }
 
 /// Counts and traces a call answered by its fallback: a caller given a
-/// degraded answer, which a dashboard should show. The call's give-up, if
-/// any, is taken back (`mark` from [`give_up_mark`]): the fallback answered
-/// it, so enclosing layers judge the call by what the fallback returns.
-pub fn fallback_served(policy: &'static Policy, mark: u64) {
-    crate::context::restore_give_ups(mark);
+/// degraded answer, which a dashboard should show. A call with a fallback
+/// never reports its give-up or its attempts to enclosing layers (see
+/// `Policy::fallback`), so they judge it by what the fallback returns.
+pub fn fallback_served(policy: &'static Policy, _mark: u64) {
     crate::Registry::current().count_fallback(policy.function());
     #[cfg(feature = "tracing")]
     tracing::warn!(
@@ -26,8 +26,11 @@ pub fn fallback_served(policy: &'static Policy, mark: u64) {
 }
 
 /// The classifier of a function without its own `classify = path`.
-pub fn classify_by_trait<E: Classify + ?Sized>(error: &E) -> Classification {
-    error.classify()
+pub fn classify_by_trait<E: Classify + ?Sized>(error: &E) -> crate::classify::Verdict {
+    crate::classify::Verdict {
+        class: error.classify(),
+        may_have_taken_effect: error.may_have_taken_effect(),
+    }
 }
 
 /// The classifier of a function that neither retries nor keeps statistics:

@@ -6,12 +6,15 @@ use std::time::Duration;
 
 use resilient::{
     Breaker, BreakerConfig, BreakerEvent, Classification, ErrorKind, SlidingWindow, State,
+    TransitionReason,
 };
 use tokio::time::advance;
 
 const SUCCESS: Option<Classification> = None;
 const FAILURE: Option<Classification> = Some(Classification::Transient);
 const PERMANENT: Option<Classification> = Some(Classification::Permanent);
+/// Long enough for the delivery thread to hand over a few events.
+const FLUSH: Duration = Duration::from_secs(10);
 
 fn throttled(secs: u64) -> Option<Classification> {
     Some(Classification::Throttled {
@@ -277,13 +280,13 @@ async fn dropped_permit_in_half_open_releases_it() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn retry_after_holds_it_open_for_at_least_that_long() {
-    let b = breaker(BreakerConfig::default());
+async fn with_open_on_retry_after_one_throttled_call_holds_it_open_for_that_long() {
+    let b = breaker(BreakerConfig::default().open_on_retry_after(true));
     call(&b, throttled(120));
     assert_eq!(
         b.state(),
         State::Open,
-        "one throttled call opens it for everyone"
+        "opted in: one throttled call opens it for everyone"
     );
     advance(Duration::from_secs(119)).await;
     let err = b.try_acquire().expect_err("held open beyond the 60 s wait");
@@ -312,17 +315,22 @@ async fn retry_after_extends_an_already_open_breaker() {
 
 #[tokio::test(start_paused = true)]
 async fn a_zero_retry_after_does_not_open_it() {
-    let b = breaker(BreakerConfig::default());
+    let b = breaker(BreakerConfig::default().open_on_retry_after(true));
     call(&b, throttled(0));
     assert_eq!(b.state(), State::Closed);
 }
 
 #[tokio::test(start_paused = true)]
 async fn retry_after_is_ignored_when_honor_retry_after_is_false() {
-    let b = breaker(BreakerConfig::default().honor_retry_after(false));
-    call(&b, throttled(120));
-    assert_eq!(b.state(), State::Closed);
-    assert_eq!(b.snapshot().failed_calls, 1, "still counted as a failure");
+    let b = breaker(window_of_four().honor_retry_after(false));
+    let in_flight = b.try_acquire().unwrap();
+    open(&b);
+    in_flight.record(throttled(300));
+    advance(Duration::from_secs(60)).await;
+    assert!(
+        b.try_acquire().is_ok(),
+        "the open wait was not lengthened by the ignored Retry-After"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -392,6 +400,7 @@ async fn events_reach_a_subscriber_until_the_subscription_is_dropped() {
         permit.record(FAILURE);
     }
     assert!(b.try_acquire().is_err());
+    assert!(subscription.flush(FLUSH));
     let name: Arc<str> = Arc::from("dep");
     assert_eq!(
         *seen.lock().unwrap(),
@@ -407,17 +416,24 @@ async fn events_reach_a_subscriber_until_the_subscription_is_dropped() {
             BreakerEvent::StateTransition {
                 name: name.clone(),
                 from: State::Closed,
-                to: State::Open
+                to: State::Open,
+                reason: TransitionReason::FailureRate {
+                    rate: 100.0,
+                    threshold: 50.0,
+                    calls: 4
+                },
             },
             BreakerEvent::CallNotPermitted { name: name.clone() },
         ]
     );
     assert!(seen.lock().unwrap().iter().all(|e| e.name() == "dep"));
 
+    let probe = b.subscribe(|_| {});
     drop(subscription);
     b.transition_to(State::Closed);
     b.transition_to(State::ForcedOpen);
     assert!(b.try_acquire().is_err());
+    assert!(probe.flush(FLUSH));
     assert_eq!(
         seen.lock().unwrap().len(),
         4,
@@ -430,7 +446,7 @@ async fn half_open_transitions_are_announced() {
     let b = breaker(window_of_four().permitted_number_of_calls_in_half_open_state(1));
     let transitions = Arc::new(Mutex::new(Vec::new()));
     let sink = Arc::clone(&transitions);
-    let _subscription = b.subscribe(move |e| {
+    let subscription = b.subscribe(move |e| {
         if let BreakerEvent::StateTransition { from, to, .. } = e {
             sink.lock().unwrap().push((*from, *to));
         }
@@ -438,6 +454,7 @@ async fn half_open_transitions_are_announced() {
     open(&b);
     advance(Duration::from_secs(60)).await;
     call(&b, SUCCESS);
+    assert!(subscription.flush(FLUSH));
     assert_eq!(
         *transitions.lock().unwrap(),
         [

@@ -32,6 +32,7 @@ fn settings(window: WindowKind, minimum_calls: u32, permitted: u32) -> Settings 
         permitted_in_half_open: permitted,
         wait_ns: WAIT,
         window,
+        retry_after_opens: false,
     }
 }
 
@@ -288,5 +289,113 @@ fn time_window_concurrent_sweeps_expire_once() {
             calls == 1 || calls == 2,
             "second 3 may have been dropped by the advance to 4"
         );
+    });
+}
+
+/// After an idle gap that is a whole multiple of the bucket tags' period
+/// (2^19 s; the same bucket, the same second tag), two threads record at
+/// once: one at the gap, one a second later. The burst from before the gap
+/// must leave the totals exactly once and never be counted as current; the
+/// window epoch, bumped by the jump, is what tells the two apart.
+#[test]
+fn time_window_after_a_gap_of_the_tag_period_forgets_the_old_burst() {
+    const PERIOD: u64 = 1 << 19;
+    model(|| {
+        let window = Arc::new(Window::new(WindowKind::Time(2)));
+        window.record(true, true, 0);
+        let threads: Vec<_> = [PERIOD * SEC, (PERIOD + 1) * SEC]
+            .into_iter()
+            .map(|at| {
+                let window = window.clone();
+                thread::spawn(move || window.record(false, false, at))
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_totals_match_slots(&window);
+        assert_eq!(
+            window.totals(),
+            Some((2, 0, 0)),
+            "both new seconds are in, the old burst is out"
+        );
+    });
+}
+
+/// A breaker 25 days old (past the old 2^21-second half period): a
+/// recorder and a sweeper at once still count the outcome.
+#[test]
+fn time_window_records_at_day_25_while_another_thread_advances() {
+    const DAY_25: u64 = 25 * 86_400;
+    model(|| {
+        let window = Arc::new(Window::new(WindowKind::Time(2)));
+        let w = window.clone();
+        let recorder = thread::spawn(move || w.record(true, false, DAY_25 * SEC));
+        window.advance_to(DAY_25 + 1);
+        recorder.join().unwrap();
+        assert_totals_match_slots(&window);
+        assert_eq!(window.totals(), Some((1, 1, 0)));
+    });
+}
+
+/// A closed breaker trips (open until 60 s) while another thread opens it
+/// by hand 5 s later (open until 65 s): whichever transition comes last,
+/// the exact end published is that state's own, never the other's.
+#[test]
+fn open_until_published_belongs_to_the_current_open_state() {
+    model(|| {
+        let core = Arc::new(Core::new(
+            settings(WindowKind::Count(1), 1, 1),
+            Phase::Closed,
+        ));
+        let (admission, _) = admitted(core.try_acquire(0)).unwrap();
+        let c = core.clone();
+        let tripper = thread::spawn(move || {
+            c.record(admission, FAILURE, 0);
+        });
+        core.transition_to(Phase::Open, 5 * SEC);
+        tripper.join().unwrap();
+        assert_eq!(core.phase(), Phase::Open);
+        let until = core
+            .open_until_ns()
+            .expect("the current open state's end is published");
+        assert!(until == WAIT || until == WAIT + 5 * SEC, "{until}");
+        assert!(admitted(core.try_acquire(until - 1)).is_none());
+        assert!(admitted(core.try_acquire(until)).is_some());
+    });
+}
+
+/// Two `Retry-After`s arrive at once for an open breaker (100 s and 200 s):
+/// the wait ends at the later one, whatever the order, exactly.
+#[test]
+fn concurrent_retry_after_holds_keep_the_later_end() {
+    model(|| {
+        let core = Arc::new(Core::new(
+            settings(WindowKind::Count(4), 4, 1),
+            Phase::Closed,
+        ));
+        let permits: Vec<_> = (0..2)
+            .map(|_| admitted(core.try_acquire(0)).unwrap().0)
+            .collect();
+        core.transition_to(Phase::Open, 0);
+        let threads: Vec<_> = permits
+            .into_iter()
+            .zip([100 * SEC, 200 * SEC])
+            .map(|(permit, hold)| {
+                let core = core.clone();
+                thread::spawn(move || {
+                    let sample = Sample::Call {
+                        failed: true,
+                        slow: false,
+                        hold_until_ns: Some(hold),
+                    };
+                    core.record(permit, sample, 0);
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(core.open_until_ns(), Some(200 * SEC));
     });
 }

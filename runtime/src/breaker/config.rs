@@ -50,8 +50,11 @@ impl SlidingWindow {
 /// "Create and configure a CircuitBreaker"): failure-rate threshold 50 %,
 /// slow-call-rate threshold 100 %, slow-call duration threshold 60 s, 10
 /// permitted calls in half-open, a count-based window of 100 calls, a minimum
-/// of 100 calls, and 60 s in open. Two settings are ours: `honor_retry_after`
-/// (default `true`) and `initial_state` (default [`State::Closed`]).
+/// of 100 calls, and 60 s in open. Four settings are ours: `honor_retry_after`
+/// (default `true`), `open_on_retry_after` (default `false`),
+/// `max_retry_after_hold` (default 5 minutes) and `initial_state` (default
+/// [`State::Closed`]). See the [`Breaker`](crate::Breaker) documentation,
+/// "`Retry-After` and the breaker", for why.
 ///
 /// ```
 /// use std::time::Duration;
@@ -74,6 +77,8 @@ pub struct BreakerConfig {
     pub(crate) minimum_number_of_calls: u32,
     pub(crate) wait_duration_in_open_state: Duration,
     pub(crate) honor_retry_after: bool,
+    pub(crate) open_on_retry_after: bool,
+    pub(crate) max_retry_after_hold: Duration,
     pub(crate) initial_state: State,
 }
 
@@ -88,6 +93,8 @@ impl Default for BreakerConfig {
             minimum_number_of_calls: 100,
             wait_duration_in_open_state: Duration::from_secs(60),
             honor_retry_after: true,
+            open_on_retry_after: false,
+            max_retry_after_hold: BreakerConfig::DEFAULT_MAX_RETRY_AFTER_HOLD,
             initial_state: State::Closed,
         }
     }
@@ -109,6 +116,17 @@ const WINDOW_TYPES: &[(&str, SlidingWindow)] = &[
 ];
 
 impl BreakerConfig {
+    /// The default bound on how long one `Retry-After` holds a breaker open.
+    /// Long enough for the `Retry-After` values throttling services commonly
+    /// send (seconds to a few minutes); short enough that a broken or hostile
+    /// value costs at most one probe every five minutes (after the hold, a probe
+    /// asks again, and a new `Retry-After` holds again).
+    pub const DEFAULT_MAX_RETRY_AFTER_HOLD: Duration = Duration::from_secs(5 * 60);
+    /// The largest accepted `max_retry_after_hold`: one day, the longest break
+    /// Polly v8 accepts for its circuit breaker (`BreakDuration`'s range,
+    /// <https://pollydocs.org/api/Polly.CircuitBreaker.CircuitBreakerStrategyOptions-1.html>).
+    pub const MAX_RETRY_AFTER_HOLD_LIMIT: Duration = Duration::from_secs(24 * 60 * 60);
+
     /// Opens the breaker when at least this percentage of the calls in the
     /// window failed. Accepted: greater than 0, at most 100. Default 50.
     pub fn failure_rate_threshold(mut self, pct: f64) -> Self {
@@ -158,10 +176,34 @@ impl BreakerConfig {
         self
     }
 
-    /// Whether a failure carrying a server's `Retry-After` opens the breaker
-    /// for at least that long. Default `true`.
+    /// Whether a failure carrying a server's `Retry-After` keeps an open
+    /// breaker open for at least that long (never shorter than it already
+    /// would). Default `true`. It never opens a closed breaker unless
+    /// [`open_on_retry_after`](Self::open_on_retry_after) says so.
     pub fn honor_retry_after(mut self, honor: bool) -> Self {
         self.honor_retry_after = honor;
+        self
+    }
+
+    /// Whether a single failure carrying a `Retry-After` opens a closed (or
+    /// half-open) breaker, for everyone, for that long. Default `false`:
+    /// only the sliding window's rates open a closed breaker, since a 429 is
+    /// usually about one client's rate, not the dependency's health, and a
+    /// shared breaker would turn it into an outage for every caller. Turn it
+    /// on for a dependency whose `Retry-After` speaks for all its callers
+    /// (a 503 during maintenance, say). Needs `honor_retry_after`.
+    pub fn open_on_retry_after(mut self, open: bool) -> Self {
+        self.open_on_retry_after = open;
+        self
+    }
+
+    /// The longest one `Retry-After` holds the breaker open: a longer one
+    /// (days, or `Duration::MAX`, from a broken or hostile server) holds it
+    /// this long, after which a probe asks the server again. Accepted:
+    /// greater than 0, at most one day. Default 5 minutes
+    /// ([`BreakerConfig::DEFAULT_MAX_RETRY_AFTER_HOLD`]).
+    pub fn max_retry_after_hold(mut self, max: Duration) -> Self {
+        self.max_retry_after_hold = max;
         self
     }
 
@@ -204,6 +246,24 @@ impl BreakerConfig {
             if d.is_zero() {
                 refuse(key, &0, "must be greater than 0 ms");
             }
+        }
+        let hold = self.max_retry_after_hold;
+        if hold.is_zero() || hold > BreakerConfig::MAX_RETRY_AFTER_HOLD_LIMIT {
+            refuse(
+                "max_retry_after_hold_ms",
+                &hold.as_millis(),
+                &format!(
+                    "must be greater than 0 ms and at most {} ms (one day)",
+                    BreakerConfig::MAX_RETRY_AFTER_HOLD_LIMIT.as_millis()
+                ),
+            );
+        }
+        if self.open_on_retry_after && !self.honor_retry_after {
+            refuse(
+                "open_on_retry_after",
+                &true,
+                "needs `honor_retry_after` = true: a `Retry-After` that is not honoured cannot open the breaker",
+            );
         }
         let permitted = self.permitted_number_of_calls_in_half_open_state;
         if permitted == 0 || permitted > MAX_HALF_OPEN_PERMITS {
@@ -263,7 +323,8 @@ impl BreakerConfig {
     /// (whole milliseconds), `permitted_number_of_calls_in_half_open_state`,
     /// `sliding_window_size` (calls or seconds) and `minimum_number_of_calls`,
     /// `sliding_window_type` (`"count_based"` or `"time_based"`),
-    /// `honor_retry_after` (boolean) and `initial_state` (`"closed"`,
+    /// `honor_retry_after` and `open_on_retry_after` (booleans),
+    /// `max_retry_after_hold_ms` (whole milliseconds) and `initial_state` (`"closed"`,
     /// `"disabled"`, `"forced_open"` or `"metrics_only"`). Missing keys take
     /// the defaults of [`BreakerConfig::default`]; unknown keys are refused. Every refusal, from
     /// parsing or validation, is a [`Problem`](crate::Problem) naming breaker
@@ -297,6 +358,8 @@ impl setting::Settings for BreakerConfig {
         "minimum_number_of_calls",
         "wait_duration_in_open_state_ms",
         "honor_retry_after",
+        "open_on_retry_after",
+        "max_retry_after_hold_ms",
         "initial_state",
     ];
     const EXPECTING: &'static str = "a table of circuit breaker settings";
@@ -325,6 +388,8 @@ impl setting::Settings for BreakerConfig {
                 self.sliding_window = setting::one_of(value, WINDOW_TYPES)?.with_size(size);
             }
             "honor_retry_after" => self.honor_retry_after = setting::boolean(value)?,
+            "open_on_retry_after" => self.open_on_retry_after = setting::boolean(value)?,
+            "max_retry_after_hold_ms" => self.max_retry_after_hold = setting::millis(value)?,
             "initial_state" => self.initial_state = setting::one_of(value, INITIAL_STATES)?,
             _ => unreachable!("keys are checked against KEYS first"),
         }
@@ -342,7 +407,8 @@ impl setting::Settings for BreakerConfig {
 /// Reads the keys `failure_rate_threshold`, `slow_call_rate_threshold`,
 /// `slow_call_duration_threshold_ms`, `permitted_number_of_calls_in_half_open_state`,
 /// `sliding_window_type`, `sliding_window_size`, `minimum_number_of_calls`,
-/// `wait_duration_in_open_state_ms`, `honor_retry_after` and `initial_state`; missing keys
+/// `wait_duration_in_open_state_ms`, `honor_retry_after`, `open_on_retry_after`,
+/// `max_retry_after_hold_ms` and `initial_state`; missing keys
 /// keep their defaults. Unknown keys and values of the wrong kind are
 /// errors naming the key and value. Range checks happen when the breaker
 /// is built (`Breaker::new`, or the registry), where its name is known.

@@ -14,12 +14,37 @@
 //! ```text
 //! bits 0..3    phase
 //! bits 3..24   generation (wrapping), bumped by every transition
-//! bits 24..64  Open: open-until, milliseconds since the origin
+//! bits 24..64  Open: open-until, whole milliseconds since the origin, wrapping
 //!              HalfOpen: permits taken (24..44) | probe outcomes recorded (44..64)
 //! ```
 //!
 //! The generation travels with every permit; an outcome is counted only while
 //! the word still carries the generation it was admitted under.
+//!
+//! # Time that never runs out
+//!
+//! Nothing here may depend on how long the breaker has lived. Two choices
+//! make that so:
+//!
+//! * **Open-until** is kept exactly, in nanoseconds since the origin, in a
+//!   word of its own (`open_until`, 64 bits: 584 years, which no process
+//!   lives). The state word keeps only the whole millisecond of it, wrapping
+//!   in 40 bits, as a tag: the exact value belongs to the open state whose
+//!   word carries its millisecond. The tag costs no precision (an open wait
+//!   ends at exactly its nanosecond, so a caller who slept exactly the
+//!   `Retry-After` is admitted) and gives a fallback during the two
+//!   instructions between a transition and the publication of its exact end.
+//! * **Time-window buckets** are tagged with the low 19 bits of their second
+//!   *and* the low 3 bits of a window epoch. The epoch (24 bits, kept with
+//!   the present second) is bumped whenever the present jumps by a whole
+//!   window or more, that is, whenever every bucket has become stale. Within
+//!   one epoch the present only ever moves by less than a window at a time
+//!   and every sweep clears what left the window, so any two seconds ever
+//!   compared are less than two windows apart (at most 172 800 s, well under
+//!   2^18), and a wrapping comparison in 19 bits is exact; across epochs the
+//!   epoch alone says "stale". No comparison ever spans the breaker's age.
+//!   (The alternative, 64-bit tags, would leave no room in the bucket word
+//!   for the counts that must change in the same compare-and-swap.)
 
 use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -28,7 +53,8 @@ const GEN_BITS: u32 = 21;
 const GEN_MASK: u64 = (1 << GEN_BITS) - 1;
 const PAYLOAD_SHIFT: u32 = 24;
 const FIELD20: u64 = (1 << 20) - 1;
-const UNTIL_MAX_MS: u64 = (1 << 40) - 1;
+/// The state word's millisecond tag of open-until wraps in 40 bits (34.8 years).
+const UNTIL_MASK: u64 = (1 << 40) - 1;
 const NANOS_PER_MS: u64 = 1_000_000;
 const NANOS_PER_SEC: u64 = 1_000_000_000;
 
@@ -37,8 +63,9 @@ pub(crate) const MAX_HALF_OPEN_PERMITS: u32 = (1 << 20) - 1;
 /// The largest count-based window: one `AtomicU32` per slot is allocated up
 /// front, so a typo must not allocate gigabytes.
 pub(crate) const MAX_COUNT_WINDOW: u32 = 1_000_000;
-/// The longest time-based window. Bucket tags are compared by wrapping
-/// difference in 22 bits, which needs windows far shorter than 2^21 seconds.
+/// The longest time-based window: one day. Bucket seconds are compared by
+/// wrapping difference in 19 bits, which needs two windows to be shorter
+/// than 2^18 seconds.
 pub(crate) const MAX_TIME_WINDOW_SECS: u32 = 86_400;
 
 /// The phase of a breaker, as stored in the state word.
@@ -92,6 +119,10 @@ impl Word {
                 | (payload << PAYLOAD_SHIFT),
         )
     }
+    /// An open word whose exact end is `until_ns` (published separately).
+    fn open(generation: u32, until_ns: u64) -> Word {
+        Word::new(Phase::Open, generation, until_tag(until_ns))
+    }
     fn half_open(generation: u32, taken: u64, recorded: u64) -> Word {
         Word::new(Phase::HalfOpen, generation, taken | (recorded << 20))
     }
@@ -107,7 +138,7 @@ impl Word {
     fn payload(self) -> u64 {
         self.0 >> PAYLOAD_SHIFT
     }
-    fn until_ms(self) -> u64 {
+    fn until_tag(self) -> u64 {
         self.payload()
     }
     fn taken(self) -> u64 {
@@ -116,6 +147,11 @@ impl Word {
     fn recorded(self) -> u64 {
         (self.payload() >> 20) & FIELD20
     }
+}
+
+/// The whole millisecond of `ns`, wrapping in 40 bits: the state word's tag.
+fn until_tag(ns: u64) -> u64 {
+    (ns / NANOS_PER_MS) & UNTIL_MASK
 }
 
 /// `a` is a later generation than `b` (both wrapping in `GEN_BITS`).
@@ -142,6 +178,9 @@ pub(crate) struct Settings {
     pub(crate) permitted_in_half_open: u32,
     pub(crate) wait_ns: u64,
     pub(crate) window: WindowKind,
+    /// A `Retry-After` may open a closed or half-open breaker (opt-in);
+    /// otherwise it only lengthens an open one.
+    pub(crate) retry_after_opens: bool,
 }
 
 /// A granted permit, as the core sees it.
@@ -175,9 +214,31 @@ pub(crate) enum Sample {
         failed: bool,
         slow: bool,
         /// Stay open at least until this instant (nanoseconds since origin):
-        /// the server's `Retry-After`, when it is honoured.
+        /// the server's `Retry-After`, already bounded, when it is honoured.
         hold_until_ns: Option<u64>,
     },
+}
+
+/// Why a transition happened.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Cause {
+    /// The rates over `calls` outcomes (the closed window's, or the half-open
+    /// probes'): at least one of them reached its threshold.
+    Rates {
+        failure_rate: f32,
+        slow_call_rate: f32,
+        failure_tripped: bool,
+        slow_tripped: bool,
+        calls: u64,
+    },
+    /// Every half-open probe reported and the rates stayed below the thresholds.
+    ProbesSucceeded { calls: u64 },
+    /// A `Retry-After` opened it, for `hold_ns`.
+    RetryAfter { hold_ns: u64 },
+    /// The open wait is over; this acquire is the first probe.
+    WaitElapsed,
+    /// Changed by hand.
+    Manual,
 }
 
 /// A transition performed by the caller that receives it (exactly one caller
@@ -186,21 +247,7 @@ pub(crate) enum Sample {
 pub(crate) struct Transition {
     pub(crate) from: Phase,
     pub(crate) to: Phase,
-    /// The failure rate, when it is what tripped the breaker.
-    pub(crate) failure_rate: Option<f32>,
-    /// The slow-call rate, when it is what tripped the breaker.
-    pub(crate) slow_call_rate: Option<f32>,
-}
-
-impl Transition {
-    fn plain(from: Phase, to: Phase) -> Transition {
-        Transition {
-            from,
-            to,
-            failure_rate: None,
-            slow_call_rate: None,
-        }
-    }
+    pub(crate) cause: Cause,
 }
 
 /// Counts and rates for a snapshot.
@@ -271,17 +318,38 @@ fn slot_counts(v: u32) -> (u64, u64, u64) {
     ((v & 1) as u64, ((v >> 1) & 1) as u64, ((v >> 2) & 1) as u64)
 }
 
-// Time window bucket: tag (second since origin, 22 bits) | calls | failed | slow (14 bits each).
-const TAG_BITS: u32 = 22;
-const TAG_MASK: u64 = (1 << TAG_BITS) - 1;
+// Time window bucket, low to high: second (19 bits, wrapping) | epoch (3
+// bits, wrapping) | calls | failed | slow (14 bits each). A bucket whose
+// calls are 0 is empty, whatever its stamp.
+const SECOND_BITS: u32 = 19;
+const SECOND_MASK: u64 = (1 << SECOND_BITS) - 1;
+const EPOCH_TAG_BITS: u32 = 3;
+const EPOCH_TAG_MASK: u64 = (1 << EPOCH_TAG_BITS) - 1;
+const STAMP_BITS: u32 = SECOND_BITS + EPOCH_TAG_BITS;
+const STAMP_MASK: u64 = (1 << STAMP_BITS) - 1;
 const COUNT_BITS: u32 = 14;
 const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
-const CALLS_SHIFT: u32 = TAG_BITS;
-const FAILED_SHIFT: u32 = TAG_BITS + COUNT_BITS;
-const SLOW_SHIFT: u32 = TAG_BITS + 2 * COUNT_BITS;
+const CALLS_SHIFT: u32 = STAMP_BITS;
+const FAILED_SHIFT: u32 = STAMP_BITS + COUNT_BITS;
+const SLOW_SHIFT: u32 = STAMP_BITS + 2 * COUNT_BITS;
 
-fn bucket_tag(w: u64) -> u64 {
-    w & TAG_MASK
+// The present of a time window: epoch (24 bits, wrapping) << 40 | second.
+// 2^40 seconds is 34 800 years.
+const PRESENT_SECOND_BITS: u32 = 40;
+const PRESENT_SECOND_MASK: u64 = (1 << PRESENT_SECOND_BITS) - 1;
+
+fn present_word(epoch: u64, second: u64) -> u64 {
+    (epoch << PRESENT_SECOND_BITS) | (second & PRESENT_SECOND_MASK)
+}
+/// `(epoch, second)` of a present word.
+fn present_parts(p: u64) -> (u64, u64) {
+    (p >> PRESENT_SECOND_BITS, p & PRESENT_SECOND_MASK)
+}
+fn stamp(epoch: u64, second: u64) -> u64 {
+    ((epoch & EPOCH_TAG_MASK) << SECOND_BITS) | (second & SECOND_MASK)
+}
+fn bucket_stamp(w: u64) -> u64 {
+    w & STAMP_MASK
 }
 fn bucket_counts(w: u64) -> (u64, u64, u64) {
     (
@@ -293,12 +361,6 @@ fn bucket_counts(w: u64) -> (u64, u64, u64) {
 fn bucket_delta(failed: bool, slow: bool) -> u64 {
     (1 << CALLS_SHIFT) | (u64::from(failed) << FAILED_SHIFT) | (u64::from(slow) << SLOW_SHIFT)
 }
-/// How many seconds tag `later` is after tag `earlier`, or `None` when
-/// `later` is in fact before `earlier`.
-fn tag_age(later: u64, earlier: u64) -> Option<u64> {
-    let d = later.wrapping_sub(earlier) & TAG_MASK;
-    (d < (1 << (TAG_BITS - 1))).then_some(d)
-}
 
 #[derive(Debug)]
 enum Slots {
@@ -308,7 +370,9 @@ enum Slots {
     },
     Time {
         buckets: Box<[AtomicU64]>,
-        last_second: AtomicU64,
+        /// The latest second anyone has recorded or read at, with the
+        /// window's epoch (see `present`).
+        present: AtomicU64,
     },
 }
 
@@ -328,7 +392,7 @@ impl Window {
             },
             WindowKind::Time(seconds) => Slots::Time {
                 buckets: (0..seconds.max(1)).map(|_| AtomicU64::new(0)).collect(),
-                last_second: AtomicU64::new(0),
+                present: AtomicU64::new(present_word(0, 0)),
             },
         };
         Window {
@@ -354,31 +418,37 @@ impl Window {
                     );
                 }
             }
-            Slots::Time {
-                buckets,
-                last_second,
-            } => {
+            Slots::Time { buckets, present } => {
                 let second = now_ns / NANOS_PER_SEC;
                 self.advance_to(second);
                 let len = buckets.len() as u64;
-                if second + len <= last_second.load(Ordering::Acquire) {
-                    return; // this call's second has already left the window
-                }
                 let bucket = &buckets[(second % len) as usize];
-                let tag = second & TAG_MASK;
                 let delta = bucket_delta(failed, slow);
                 let mut w = bucket.load(Ordering::Acquire);
                 loop {
-                    let (new, expired) = if bucket_tag(w) == tag {
+                    // Read after the bucket: whoever wrote a later second into
+                    // it had moved the present there first, so this read sees
+                    // at least that second.
+                    let (epoch, last) = present_parts(present.load(Ordering::Acquire));
+                    if second + len <= last {
+                        return; // this call's second has already left the window
+                    }
+                    let mine = stamp(epoch, second);
+                    let (new, expired) = if bucket_counts(w).0 == 0 {
+                        (mine | delta, (0, 0, 0))
+                    } else if bucket_stamp(w) == mine {
                         if bucket_counts(w).0 == COUNT_MASK {
                             // A full second: the outcomes already in it are the sample.
                             return;
                         }
                         (w + delta, (0, 0, 0))
-                    } else if tag_age(tag, bucket_tag(w)).is_none() {
-                        return; // the bucket already holds a later second
                     } else {
-                        (tag | delta, bucket_counts(w))
+                        // Another second of this bucket. It cannot be a later
+                        // one (that would have moved the present past this
+                        // second's window, checked above), nor this second of
+                        // another epoch (an epoch starts a whole window later):
+                        // it is stale, and replaced here if no sweep got to it.
+                        (mine | delta, bucket_counts(w))
                     };
                     match bucket.compare_exchange(w, new, Ordering::AcqRel, Ordering::Acquire) {
                         Ok(_) => {
@@ -396,32 +466,47 @@ impl Window {
 
     /// Moves a time window's present to `second`; the one caller that moves it
     /// forward expires the buckets that left the window.
-    fn advance_to(&self, second: u64) {
-        let Slots::Time {
-            buckets,
-            last_second,
-        } = &self.slots
-        else {
+    pub(crate) fn advance_to(&self, second: u64) {
+        let Slots::Time { buckets, present } = &self.slots else {
             return;
         };
-        let mut last = last_second.load(Ordering::Acquire);
-        loop {
+        let len = buckets.len() as u64;
+        let second = second & PRESENT_SECOND_MASK;
+        let mut p = present.load(Ordering::Acquire);
+        let target = loop {
+            let (epoch, last) = present_parts(p);
             if second <= last {
                 return;
             }
-            match last_second.compare_exchange(last, second, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => break,
-                Err(actual) => last = actual,
+            // A jump of a whole window makes every bucket stale: a new epoch,
+            // so that no bucket's second is ever compared across the gap.
+            let epoch = if second - last >= len {
+                epoch.wrapping_add(1) & (u64::MAX >> PRESENT_SECOND_BITS)
+            } else {
+                epoch
+            };
+            let next = present_word(epoch, second);
+            match present.compare_exchange(p, next, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break next,
+                Err(actual) => p = actual,
             }
-        }
-        let now_tag = second & TAG_MASK;
-        let len = buckets.len() as u64;
+        };
+        let (epoch, now) = present_parts(target);
         for bucket in buckets.iter() {
             let mut w = bucket.load(Ordering::Acquire);
             loop {
                 let (c, f, s) = bucket_counts(w);
-                let inside = tag_age(now_tag, bucket_tag(w)).is_none_or(|age| age < len);
-                if c == 0 || inside {
+                if c == 0 {
+                    break;
+                }
+                // Read after the bucket (see `record`): while the present is
+                // still `target`, the bucket holds no second after `now`.
+                if present.load(Ordering::Acquire) != target {
+                    return; // a later present; its own sweep expires what this one would
+                }
+                let stale = (bucket_stamp(w) >> SECOND_BITS) != (epoch & EPOCH_TAG_MASK)
+                    || (now.wrapping_sub(bucket_stamp(w)) & SECOND_MASK) >= len;
+                if !stale {
                     break;
                 }
                 match bucket.compare_exchange(w, 0, Ordering::AcqRel, Ordering::Acquire) {
@@ -454,7 +539,7 @@ impl Window {
     }
 
     /// `(calls, failed, slow)` in the window, or `None` while a racing writer
-    /// has the totals briefly inconsistent.
+    /// leaves the totals inconsistent.
     pub(crate) fn totals(&self) -> Option<(u64, u64, u64)> {
         self.totals.read()
     }
@@ -489,6 +574,10 @@ fn percent(part: u64, whole: u64) -> f64 {
 pub(crate) struct Core {
     settings: Settings,
     state: AtomicU64,
+    /// The exact end of the current open state, in nanoseconds since the
+    /// origin; valid while its whole millisecond equals the state word's tag
+    /// (see the module's documentation and `publish_until`).
+    open_until: AtomicU64,
     /// Half-open failures and slow calls: generation (21 bits) | failed (21)
     /// | slow (21). Tagged rather than reset, so that a reset can never wipe
     /// counts of a later half-open period.
@@ -501,6 +590,7 @@ impl Core {
         Core {
             settings,
             state: AtomicU64::new(Word::new(initial, 0, 0).0),
+            open_until: AtomicU64::new(0),
             half_open_counts: AtomicU64::new(GEN_MASK),
             window: Window::new(settings.window),
         }
@@ -515,11 +605,56 @@ impl Core {
         &self.window
     }
 
-    fn open_until_ms(&self, now_ns: u64, hold_ns: u64) -> u64 {
-        now_ns
-            .saturating_add(hold_ns)
-            .div_ceil(NANOS_PER_MS)
-            .min(UNTIL_MAX_MS)
+    /// The exact end of the open state, when it is published and the breaker
+    /// is open: for the model test.
+    #[allow(dead_code, reason = "read by the loom model test")]
+    pub(crate) fn open_until_ns(&self) -> Option<u64> {
+        let w = Word(self.state.load(Ordering::Acquire));
+        let f = self.open_until.load(Ordering::Acquire);
+        (w.phase() == Phase::Open && until_tag(f) == w.until_tag()).then_some(f)
+    }
+
+    /// Makes `until_ns` the exact end of the open state `word`, unless the
+    /// state has moved on. Called by the one caller whose compare-and-swap
+    /// installed `word`. The check and the write are one compare-and-swap on
+    /// the value read before the check, so a writer whose state was replaced
+    /// meanwhile can never overwrite the end its successor published (the
+    /// successor either finds its own word and writes after, or changed
+    /// `open_until` first and so fails this exchange).
+    fn publish_until(&self, word: Word, until_ns: u64) {
+        loop {
+            let current = self.open_until.load(Ordering::Acquire);
+            if self.state.load(Ordering::Acquire) != word.0 || current == until_ns {
+                return;
+            }
+            if self
+                .open_until
+                .compare_exchange(current, until_ns, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return;
+            }
+        }
+    }
+
+    /// When open state `w` ends: exact once published; before that (two
+    /// instructions after the transition) the start of the millisecond the
+    /// word carries, so that nobody is refused past the end.
+    fn open_end(&self, w: Word, now_ns: u64) -> u64 {
+        let exact = self.open_until.load(Ordering::Acquire);
+        if until_tag(exact) == w.until_tag() {
+            return exact;
+        }
+        // The tag wraps every 2^40 ms; read it as the nearest such
+        // millisecond not more than half a period before now.
+        let now_ms = now_ns / NANOS_PER_MS;
+        let ahead = w.until_tag().wrapping_sub(now_ms) & UNTIL_MASK;
+        let end_ms = if ahead < (1 << 39) {
+            now_ms + ahead
+        } else {
+            now_ms.saturating_sub((UNTIL_MASK + 1) - ahead)
+        };
+        end_ms.saturating_mul(NANOS_PER_MS)
     }
 
     pub(crate) fn try_acquire(&self, now_ns: u64) -> Acquired {
@@ -538,10 +673,10 @@ impl Core {
                 }
                 Phase::ForcedOpen => return Acquired::Rejected { retry_in_ns: None },
                 Phase::Open => {
-                    let until_ns = w.until_ms().saturating_mul(NANOS_PER_MS);
-                    if now_ns < until_ns {
+                    let end = self.open_end(w, now_ns);
+                    if now_ns < end {
                         return Acquired::Rejected {
-                            retry_in_ns: Some(until_ns - now_ns),
+                            retry_in_ns: Some(end - now_ns),
                         };
                     }
                     Word::half_open(w.next_generation(), 1, 0)
@@ -564,7 +699,11 @@ impl Core {
                     };
                     let transition = (w.phase() == Phase::Open).then(|| {
                         self.add_half_open_counts(next.generation(), false, false);
-                        Transition::plain(Phase::Open, Phase::HalfOpen)
+                        Transition {
+                            from: Phase::Open,
+                            to: Phase::HalfOpen,
+                            cause: Cause::WaitElapsed,
+                        }
                     });
                     return Acquired::Admitted {
                         admission,
@@ -645,37 +784,37 @@ impl Core {
         if calls == 0 || calls < u64::from(self.settings.minimum_calls) {
             return None;
         }
-        let (failure_rate, slow_call_rate) = self.tripping_rates(failures, slows, calls)?;
-        let open = Word::new(
-            Phase::Open,
-            w.next_generation(),
-            self.open_until_ms(now_ns, self.settings.wait_ns),
-        );
+        let cause = self.tripping(failures, slows, calls)?;
+        let until = now_ns.saturating_add(self.settings.wait_ns);
+        let open = Word::open(w.next_generation(), until);
         // A closed word carries no payload, so it changes only by a transition:
         // one attempt suffices, and only one recorder can win it.
         self.state
             .compare_exchange(w.0, open.0, Ordering::AcqRel, Ordering::Acquire)
             .ok()
-            .map(|_| Transition {
-                from: Phase::Closed,
-                to: Phase::Open,
-                failure_rate,
-                slow_call_rate,
+            .map(|_| {
+                self.publish_until(open, until);
+                Transition {
+                    from: Phase::Closed,
+                    to: Phase::Open,
+                    cause,
+                }
             })
     }
 
-    /// `Some((failure rate if tripping, slow rate if tripping))` when either trips.
-    fn tripping_rates(
-        &self,
-        failed: u64,
-        slow: u64,
-        calls: u64,
-    ) -> Option<(Option<f32>, Option<f32>)> {
+    /// The cause to open, when either rate over `calls` reaches its threshold.
+    fn tripping(&self, failed: u64, slow: u64, calls: u64) -> Option<Cause> {
         let fr = percent(failed, calls);
         let sr = percent(slow, calls);
-        let fr = (fr >= self.settings.failure_rate_threshold).then_some(fr as f32);
-        let sr = (sr >= self.settings.slow_call_rate_threshold).then_some(sr as f32);
-        (fr.is_some() || sr.is_some()).then_some((fr, sr))
+        let failure_tripped = fr >= self.settings.failure_rate_threshold;
+        let slow_tripped = sr >= self.settings.slow_call_rate_threshold;
+        (failure_tripped || slow_tripped).then_some(Cause::Rates {
+            failure_rate: fr as f32,
+            slow_call_rate: sr as f32,
+            failure_tripped,
+            slow_tripped,
+            calls,
+        })
     }
 
     fn record_half_open(
@@ -689,6 +828,7 @@ impl Core {
         // Counted before the probe is marked recorded, so that the recorder that
         // completes the set finds every probe's failure already counted.
         self.add_half_open_counts(generation, failed, slow);
+        let until = now_ns.saturating_add(self.settings.wait_ns);
         let mut w = Word(self.state.load(Ordering::Acquire));
         loop {
             if w.phase() != Phase::HalfOpen || w.generation() != generation {
@@ -698,23 +838,22 @@ impl Core {
             let (next, transition) = if recorded >= u64::from(self.settings.permitted_in_half_open)
             {
                 let (failures, slows) = self.half_open_counts(generation);
-                match self.tripping_rates(failures, slows, recorded) {
-                    Some((failure_rate, slow_call_rate)) => (
-                        Word::new(
-                            Phase::Open,
-                            w.next_generation(),
-                            self.open_until_ms(now_ns, self.settings.wait_ns),
-                        ),
+                match self.tripping(failures, slows, recorded) {
+                    Some(cause) => (
+                        Word::open(w.next_generation(), until),
                         Some(Transition {
                             from: Phase::HalfOpen,
                             to: Phase::Open,
-                            failure_rate,
-                            slow_call_rate,
+                            cause,
                         }),
                     ),
                     None => (
                         Word::new(Phase::Closed, w.next_generation(), 0),
-                        Some(Transition::plain(Phase::HalfOpen, Phase::Closed)),
+                        Some(Transition {
+                            from: Phase::HalfOpen,
+                            to: Phase::Closed,
+                            cause: Cause::ProbesSucceeded { calls: recorded },
+                        }),
                     ),
                 }
             } else {
@@ -725,8 +864,10 @@ impl Core {
                 .compare_exchange(w.0, next.0, Ordering::AcqRel, Ordering::Acquire)
             {
                 Ok(_) => {
-                    if next.phase() == Phase::Closed {
-                        self.window.reset();
+                    match next.phase() {
+                        Phase::Closed => self.window.reset(),
+                        Phase::Open => self.publish_until(next, until),
+                        _ => {}
                     }
                     return transition;
                 }
@@ -772,19 +913,24 @@ impl Core {
         }
     }
 
-    /// Opens the breaker (or keeps it open) until `until_ns` at least.
+    /// A server's `Retry-After` (already bounded) asks us to stay away until
+    /// `until_ns`: an open breaker stays open at least that long (never
+    /// shorter than it already would); a closed or half-open one opens only
+    /// when the configuration opts in.
     fn hold_open(&self, until_ns: u64, now_ns: u64) -> Option<Transition> {
-        let until_ms = self.open_until_ms(until_ns, 0);
+        if until_ns <= now_ns {
+            return None;
+        }
         let mut w = Word(self.state.load(Ordering::Acquire));
         loop {
             let next = match w.phase() {
-                Phase::Closed | Phase::HalfOpen => Word::new(
-                    Phase::Open,
-                    w.next_generation(),
-                    until_ms.max(self.open_until_ms(now_ns, 0)),
-                ),
-                Phase::Open if w.until_ms() < until_ms => {
-                    Word::new(Phase::Open, w.generation(), until_ms)
+                Phase::Closed | Phase::HalfOpen if self.settings.retry_after_opens => {
+                    Word::open(w.next_generation(), until_ns)
+                }
+                // A new generation even when only the end moves, so that each
+                // end published belongs to one word (see `publish_until`).
+                Phase::Open if self.open_end(w, now_ns) < until_ns => {
+                    Word::open(w.next_generation(), until_ns)
                 }
                 _ => return None,
             };
@@ -793,8 +939,14 @@ impl Core {
                 .compare_exchange(w.0, next.0, Ordering::AcqRel, Ordering::Acquire)
             {
                 Ok(_) => {
-                    return (w.phase() != Phase::Open)
-                        .then(|| Transition::plain(w.phase(), Phase::Open));
+                    self.publish_until(next, until_ns);
+                    return (w.phase() != Phase::Open).then_some(Transition {
+                        from: w.phase(),
+                        to: Phase::Open,
+                        cause: Cause::RetryAfter {
+                            hold_ns: until_ns - now_ns,
+                        },
+                    });
                 }
                 Err(actual) => w = Word(actual),
             }
@@ -805,15 +957,12 @@ impl Core {
     /// every phase but open and half-open (which show the evidence that
     /// opened them).
     pub(crate) fn transition_to(&self, to: Phase, now_ns: u64) -> Transition {
+        let until = now_ns.saturating_add(self.settings.wait_ns);
         let mut w = Word(self.state.load(Ordering::Acquire));
         loop {
             let generation = w.next_generation();
             let next = match to {
-                Phase::Open => Word::new(
-                    Phase::Open,
-                    generation,
-                    self.open_until_ms(now_ns, self.settings.wait_ns),
-                ),
+                Phase::Open => Word::open(generation, until),
                 Phase::HalfOpen => Word::half_open(generation, 0, 0),
                 other => Word::new(other, generation, 0),
             };
@@ -824,10 +973,14 @@ impl Core {
                 Ok(_) => {
                     match to {
                         Phase::HalfOpen => self.add_half_open_counts(generation, false, false),
-                        Phase::Open => {}
+                        Phase::Open => self.publish_until(next, until),
                         _ => self.window.reset(),
                     }
-                    return Transition::plain(w.phase(), to);
+                    return Transition {
+                        from: w.phase(),
+                        to,
+                        cause: Cause::Manual,
+                    };
                 }
                 Err(actual) => w = Word(actual),
             }

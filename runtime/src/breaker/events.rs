@@ -1,10 +1,203 @@
-//! What breakers tell observers: transitions, rejections, tripped thresholds.
+//! What breakers tell observers (transitions with their reasons, rejections,
+//! tripped thresholds), and how it reaches them without touching the calls.
+//!
+//! # Delivery
+//!
+//! A subscriber is someone else's code: it may be slow, block, or panic.
+//! None of that may reach a call. So events are never delivered on the
+//! thread that caused them: the breaker's state change is committed (and
+//! the caller's permit owned) first, then the event is put in a bounded
+//! queue with a non-blocking, non-allocating `try_send`, and a delivery
+//! thread of the hub's own (spawned at the first subscription, ended when
+//! the hub is dropped) hands it to the subscribers. No lock is held while a
+//! subscriber runs. The guarantees:
+//!
+//! * **Order**: one hub delivers its events one at a time, in the order they
+//!   were queued, to every subscriber in the order they subscribed. Events
+//!   caused by one thread are queued in the order they happened.
+//! * **At most once**: an event is delivered to each subscriber at most once.
+//!   When the queue is full ([`EventHub::QUEUE_CAPACITY`] events waiting,
+//!   because a subscriber is slow or blocked) a new event is dropped rather
+//!   than waited for; drops are counted
+//!   ([`Subscription::dropped_events`]) and the first one is logged at WARN.
+//! * **Panics are contained**: a subscriber that panics is caught
+//!   (`catch_unwind`), reported once at ERROR via `tracing`, and keeps its
+//!   subscription: one bad event should not silence monitoring for good, and
+//!   a subscriber that always panics costs only its own time. (With
+//!   `panic = "abort"` nothing can be caught; a panicking subscriber then
+//!   aborts the process as any panic does.)
+//! * **Not synchronous**: when a call returns, the events it caused may not
+//!   have been delivered yet. [`Subscription::flush`] waits until every event
+//!   queued before it has been delivered (tests use it).
 
 use std::fmt;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock, Weak};
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock, Weak};
+use std::time::{Duration, Instant};
 
 use super::State;
+
+/// Why a breaker changed state: carried by every
+/// [`BreakerEvent::StateTransition`] and logged with it. `Display` gives one
+/// line fit for a log ("failure rate 60.0 % over 100 calls >= threshold 50 %").
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum TransitionReason {
+    /// Closed → open: the sliding window's failure rate reached the threshold.
+    FailureRate {
+        /// The failure rate, in percent.
+        rate: f32,
+        /// `failure_rate_threshold`, in percent.
+        threshold: f32,
+        /// How many outcomes the window held.
+        calls: u32,
+    },
+    /// Closed → open: the sliding window's slow-call rate reached the
+    /// threshold (and the failure rate did not).
+    SlowCallRate {
+        /// The slow-call rate, in percent.
+        rate: f32,
+        /// `slow_call_rate_threshold`, in percent.
+        threshold: f32,
+        /// How many outcomes the window held.
+        calls: u32,
+    },
+    /// Half-open → open: the probes' failure or slow-call rate reached its
+    /// threshold.
+    ProbesFailed {
+        /// The probes' failure rate, in percent.
+        failure_rate: f32,
+        /// `failure_rate_threshold`, in percent.
+        failure_rate_threshold: f32,
+        /// The probes' slow-call rate, in percent.
+        slow_call_rate: f32,
+        /// `slow_call_rate_threshold`, in percent.
+        slow_call_rate_threshold: f32,
+        /// How many probes reported.
+        calls: u32,
+    },
+    /// Half-open → closed: every probe reported and both rates stayed below
+    /// their thresholds.
+    ProbesSucceeded {
+        /// How many probes reported.
+        calls: u32,
+    },
+    /// Closed or half-open → open: a failure carried a `Retry-After` and the
+    /// breaker is configured with `open_on_retry_after`.
+    RetryAfter {
+        /// How long the breaker is held open (the `Retry-After`, bounded by
+        /// `max_retry_after_hold`).
+        hold: Duration,
+    },
+    /// Open → half-open: the open wait is over and a call came; it is the
+    /// first probe.
+    WaitElapsed,
+    /// Changed by hand with [`Breaker::transition_to`](crate::Breaker::transition_to).
+    Manual,
+    /// Closed by hand with [`Breaker::reset`](crate::Breaker::reset).
+    Reset,
+}
+
+impl TransitionReason {
+    /// `(rate, threshold, calls, hold in ms)` as log fields, when they apply.
+    #[cfg(feature = "tracing")]
+    pub(crate) fn fields(&self) -> (Option<f32>, Option<f32>, Option<u32>, Option<u64>) {
+        match *self {
+            TransitionReason::FailureRate {
+                rate,
+                threshold,
+                calls,
+            }
+            | TransitionReason::SlowCallRate {
+                rate,
+                threshold,
+                calls,
+            } => (Some(rate), Some(threshold), Some(calls), None),
+            TransitionReason::ProbesFailed {
+                failure_rate,
+                failure_rate_threshold,
+                calls,
+                ..
+            } => (
+                Some(failure_rate),
+                Some(failure_rate_threshold),
+                Some(calls),
+                None,
+            ),
+            TransitionReason::ProbesSucceeded { calls } => (None, None, Some(calls), None),
+            TransitionReason::RetryAfter { hold } => (
+                None,
+                None,
+                None,
+                Some(u64::try_from(hold.as_millis()).unwrap_or(u64::MAX)),
+            ),
+            TransitionReason::WaitElapsed | TransitionReason::Manual | TransitionReason::Reset => {
+                (None, None, None, None)
+            }
+        }
+    }
+}
+
+impl fmt::Display for TransitionReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let plural = |n: u32| if n == 1 { "" } else { "s" };
+        match *self {
+            TransitionReason::FailureRate {
+                rate,
+                threshold,
+                calls,
+            } => write!(
+                f,
+                "failure rate {rate:.1} % over {calls} call{} >= threshold {threshold} %",
+                plural(calls)
+            ),
+            TransitionReason::SlowCallRate {
+                rate,
+                threshold,
+                calls,
+            } => write!(
+                f,
+                "slow-call rate {rate:.1} % over {calls} call{} >= threshold {threshold} %",
+                plural(calls)
+            ),
+            TransitionReason::ProbesFailed {
+                failure_rate,
+                failure_rate_threshold,
+                slow_call_rate,
+                slow_call_rate_threshold,
+                calls,
+            } => {
+                write!(f, "half-open probes failed: ")?;
+                if failure_rate >= failure_rate_threshold {
+                    write!(
+                        f,
+                        "failure rate {failure_rate:.1} % over {calls} probe{} >= threshold {failure_rate_threshold} %",
+                        plural(calls)
+                    )
+                } else {
+                    write!(
+                        f,
+                        "slow-call rate {slow_call_rate:.1} % over {calls} probe{} >= threshold {slow_call_rate_threshold} %",
+                        plural(calls)
+                    )
+                }
+            }
+            TransitionReason::ProbesSucceeded { calls } => write!(
+                f,
+                "half-open probes succeeded: {calls} probe{} below both thresholds",
+                plural(calls)
+            ),
+            TransitionReason::RetryAfter { hold } => {
+                write!(f, "held open by a Retry-After of {hold:?}")
+            }
+            TransitionReason::WaitElapsed => f.write_str("open wait elapsed; admitting probes"),
+            TransitionReason::Manual => f.write_str("changed by hand (transition_to)"),
+            TransitionReason::Reset => f.write_str("reset by hand"),
+        }
+    }
+}
 
 /// Something a circuit breaker did that an observer may want to know.
 #[non_exhaustive]
@@ -18,6 +211,8 @@ pub enum BreakerEvent {
         from: State,
         /// The state it entered.
         to: State,
+        /// Why.
+        reason: TransitionReason,
     },
     /// A call was rejected without being run.
     CallNotPermitted {
@@ -52,55 +247,141 @@ impl BreakerEvent {
     }
 }
 
-type Subscriber = Arc<dyn Fn(&BreakerEvent) + Send + Sync>;
+type Callback = dyn Fn(&BreakerEvent) + Send + Sync;
 
-/// Delivers breaker events to subscribers. The breakers of one registry share
-/// one hub.
+struct Subscriber {
+    id: u64,
+    callback: Box<Callback>,
+    /// Set at its first panic, which is the one reported.
+    panicked: AtomicBool,
+}
+
+/// What the delivery thread reads: the subscribers.
+struct Shared {
+    subscribers: RwLock<Vec<Arc<Subscriber>>>,
+}
+
+enum Message {
+    Event(BreakerEvent),
+    /// Answered once every message queued before it has been handled.
+    Flush(SyncSender<()>),
+}
+
+/// Delivers breaker events to subscribers, off the callers' path (see the
+/// module documentation for the guarantees). The breakers of one registry
+/// share one hub.
 ///
 /// Costs one relaxed load per would-be event while nobody subscribes; events
 /// come from transitions and rejections, never from a call that succeeds in a
-/// closed breaker, so the lock taken to deliver them stays off that path.
+/// closed breaker.
 pub struct EventHub {
     anyone: AtomicBool,
     next_id: AtomicU64,
-    subscribers: RwLock<Vec<(u64, Subscriber)>>,
+    dropped: AtomicU64,
+    shared: Arc<Shared>,
+    /// The queue to the delivery thread, made at the first subscription;
+    /// `None` if the thread could not be spawned (events are then delivered
+    /// in place, panics still contained).
+    queue: OnceLock<Option<SyncSender<Message>>>,
 }
 
 impl fmt::Debug for EventHub {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let count = self
+            .shared
             .subscribers
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .len();
         f.debug_struct("EventHub")
             .field("subscribers", &count)
+            .field("dropped", &self.dropped.load(Ordering::Relaxed))
             .finish()
     }
 }
 
+impl Shared {
+    fn deliver(&self, event: &BreakerEvent) {
+        // Cloned out of the lock: no lock is held while a subscriber runs, so
+        // it may subscribe or unsubscribe from inside its callback.
+        let subscribers: Vec<Arc<Subscriber>> = self
+            .subscribers
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        for s in subscribers {
+            if catch_unwind(AssertUnwindSafe(|| (s.callback)(event))).is_err()
+                && !s.panicked.swap(true, Ordering::Relaxed)
+            {
+                #[cfg(feature = "tracing")]
+                tracing::error!(
+                    subscription = s.id,
+                    breaker = event.name(),
+                    "resilient: a breaker event subscriber panicked; the panic was contained and the subscriber stays subscribed (later panics of it are not reported)"
+                );
+            }
+        }
+    }
+
+    fn run(self: Arc<Self>, queue: Receiver<Message>) {
+        while let Ok(message) = queue.recv() {
+            match message {
+                Message::Event(event) => self.deliver(&event),
+                Message::Flush(done) => {
+                    let _ = done.try_send(());
+                }
+            }
+        }
+    }
+}
+
 impl EventHub {
+    /// How many events may wait for delivery; beyond that, new events are
+    /// dropped (and counted) rather than waited for. At one event per
+    /// transition or rejection, 1 024 is seconds of a busy breaker's
+    /// rejections: room for a subscriber that pauses, not for one that is
+    /// stuck.
+    pub const QUEUE_CAPACITY: usize = 1024;
+
     pub(crate) fn new() -> Arc<EventHub> {
         Arc::new(EventHub {
             anyone: AtomicBool::new(false),
             next_id: AtomicU64::new(0),
-            subscribers: RwLock::new(Vec::new()),
+            dropped: AtomicU64::new(0),
+            shared: Arc::new(Shared {
+                subscribers: RwLock::new(Vec::new()),
+            }),
+            queue: OnceLock::new(),
         })
     }
 
     /// Calls `f` with every event of every breaker sharing this hub, until the
-    /// returned [`Subscription`] is dropped. `f` runs on the thread that
-    /// caused the event, so it should be quick.
+    /// returned [`Subscription`] is dropped. `f` runs on the hub's delivery
+    /// thread, never on a caller's (see the module documentation).
     pub fn subscribe(
         self: &Arc<Self>,
         f: impl Fn(&BreakerEvent) + Send + Sync + 'static,
     ) -> Subscription {
+        self.queue.get_or_init(|| {
+            let (sender, receiver) = mpsc::sync_channel(Self::QUEUE_CAPACITY);
+            let shared = Arc::clone(&self.shared);
+            std::thread::Builder::new()
+                .name("resilient-breaker-events".into())
+                .spawn(move || shared.run(receiver))
+                .ok()
+                .map(|_| sender)
+        });
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut subscribers = self
+            .shared
             .subscribers
             .write()
             .unwrap_or_else(PoisonError::into_inner);
-        subscribers.push((id, Arc::new(f)));
+        subscribers.push(Arc::new(Subscriber {
+            id,
+            callback: Box::new(f),
+            panicked: AtomicBool::new(false),
+        }));
         self.anyone.store(true, Ordering::Release);
         Subscription {
             hub: Arc::downgrade(self),
@@ -113,36 +394,73 @@ impl EventHub {
         self.anyone.load(Ordering::Acquire)
     }
 
+    /// Queues `event` for delivery. Never blocks, never allocates (the
+    /// queue's slots are allocated when it is made; cloning an event clones
+    /// an `Arc`).
     pub(crate) fn emit(&self, event: &BreakerEvent) {
         if !self.is_observed() {
             return;
         }
-        // Cloned out of the lock so that a subscriber may subscribe or
-        // unsubscribe from inside its callback without deadlocking.
-        let subscribers: Vec<Subscriber> = self
-            .subscribers
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .map(|(_, s)| Arc::clone(s))
-            .collect();
-        for subscriber in subscribers {
-            subscriber(event);
+        match self.queue.get() {
+            Some(Some(queue)) => match queue.try_send(Message::Event(event.clone())) {
+                Ok(()) => {}
+                Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                    if self.dropped.fetch_add(1, Ordering::Relaxed) == 0 {
+                        #[cfg(feature = "tracing")]
+                        tracing::warn!(
+                            breaker = event.name(),
+                            capacity = Self::QUEUE_CAPACITY,
+                            "resilient: breaker events dropped: a subscriber is too slow to keep up (further drops are counted, not logged)"
+                        );
+                    }
+                }
+            },
+            Some(None) => self.shared.deliver(event),
+            None => {}
         }
+    }
+
+    /// Waits until every event queued before this call has been delivered,
+    /// or `timeout` has passed; `true` if delivered.
+    fn flush(&self, timeout: Duration) -> bool {
+        let Some(Some(queue)) = self.queue.get() else {
+            return true;
+        };
+        let deadline = Instant::now() + timeout;
+        let (done, delivered) = mpsc::sync_channel(1);
+        let mut message = Message::Flush(done);
+        loop {
+            match queue.try_send(message) {
+                Ok(()) => break,
+                Err(TrySendError::Full(m)) => {
+                    if Instant::now() >= deadline {
+                        return false;
+                    }
+                    message = m;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(TrySendError::Disconnected(_)) => return true,
+            }
+        }
+        delivered
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .is_ok()
     }
 
     fn unsubscribe(&self, id: u64) {
         let mut subscribers = self
+            .shared
             .subscribers
             .write()
             .unwrap_or_else(PoisonError::into_inner);
-        subscribers.retain(|(i, _)| *i != id);
+        subscribers.retain(|s| s.id != id);
         self.anyone
             .store(!subscribers.is_empty(), Ordering::Release);
     }
 }
 
-/// A subscription to breaker events; dropping it unsubscribes.
+/// A subscription to breaker events; dropping it unsubscribes (events
+/// already queued are no longer delivered to it).
 #[must_use = "dropping a `Subscription` unsubscribes at once"]
 pub struct Subscription {
     hub: Weak<EventHub>,
@@ -154,6 +472,27 @@ impl fmt::Debug for Subscription {
         f.debug_struct("Subscription")
             .field("id", &self.id)
             .finish()
+    }
+}
+
+impl Subscription {
+    /// Blocks the calling thread until every event queued before this call
+    /// (by any breaker sharing the hub) has been delivered, or `timeout` has
+    /// passed; returns whether they were. Delivery is not synchronous with
+    /// the calls (see [`EventHub`]); this is the way to wait for it, in tests
+    /// or before shutting down. A subscriber that blocks makes it time out,
+    /// and so does a call from inside a subscriber (it would wait for
+    /// itself).
+    pub fn flush(&self, timeout: Duration) -> bool {
+        self.hub.upgrade().is_none_or(|hub| hub.flush(timeout))
+    }
+
+    /// How many events the hub has dropped because its queue was full (a
+    /// subscriber too slow to keep up), since it was made.
+    pub fn dropped_events(&self) -> u64 {
+        self.hub
+            .upgrade()
+            .map_or(0, |hub| hub.dropped.load(Ordering::Relaxed))
     }
 }
 

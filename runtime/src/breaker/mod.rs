@@ -14,8 +14,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 pub use self::config::{BreakerConfig, SlidingWindow};
-use self::core::{Acquired, Admission, Core, Phase, Sample, Settings, Transition, WindowKind};
-pub use self::events::{BreakerEvent, EventHub, Subscription};
+use self::core::{
+    Acquired, Admission, Cause, Core, Phase, Sample, Settings, Transition, WindowKind,
+};
+pub use self::events::{BreakerEvent, EventHub, Subscription, TransitionReason};
 pub use self::snapshot::BreakerSnapshot;
 use crate::config::ConfigError;
 use crate::outcome::Outcome;
@@ -137,6 +139,7 @@ impl Breaker {
                 SlidingWindow::CountBased { size } => WindowKind::Count(size),
                 SlidingWindow::TimeBased { seconds } => WindowKind::Time(seconds),
             },
+            retry_after_opens: config.honor_retry_after && config.open_on_retry_after,
         };
         Breaker {
             core: Core::new(settings, config.initial_state.phase()),
@@ -182,15 +185,19 @@ impl Breaker {
                 admission,
                 transition,
             } => {
-                if let Some(t) = transition {
-                    self.announce(t);
-                }
-                Ok(BreakerPermit {
+                // The permit owns the probe slot before anything else runs:
+                // whatever happens while the transition is announced, dropping
+                // the permit hands the slot back.
+                let permit = BreakerPermit {
                     breaker: self,
                     admission,
                     start: now,
                     done: false,
-                })
+                };
+                if let Some(t) = transition {
+                    self.announce(t, false);
+                }
+                Ok(permit)
             }
             Acquired::Rejected { retry_in_ns } => {
                 self.not_permitted.fetch_add(1, Ordering::Relaxed);
@@ -217,7 +224,7 @@ impl Breaker {
         let t = self
             .core
             .transition_to(to.phase(), self.since_origin(Instant::now()));
-        self.announce(t);
+        self.announce(t, false);
     }
 
     /// Closes the breaker with an empty window and zeroes its count of
@@ -227,7 +234,7 @@ impl Breaker {
             .core
             .transition_to(Phase::Closed, self.since_origin(Instant::now()));
         self.not_permitted.store(0, Ordering::Relaxed);
-        self.announce(t);
+        self.announce(t, true);
     }
 
     /// The breaker's state and counts now.
@@ -247,8 +254,12 @@ impl Breaker {
     }
 
     /// Calls `f` with every event of this breaker until the returned
-    /// [`Subscription`] is dropped. `f` runs on the thread that caused the
-    /// event, so it should be quick.
+    /// [`Subscription`] is dropped.
+    ///
+    /// `f` never runs on a caller's task: events are queued (without
+    /// blocking or allocating) and delivered in order on a thread of the
+    /// breaker's own, so a slow or panicking subscriber cannot delay or break
+    /// a call. See [`EventHub`] for the delivery guarantees.
     pub fn subscribe(&self, f: impl Fn(&BreakerEvent) + Send + Sync + 'static) -> Subscription {
         let name = Arc::clone(&self.name);
         self.events.subscribe(move |event| {
@@ -258,37 +269,108 @@ impl Breaker {
         })
     }
 
-    fn announce(&self, t: Transition) {
+    /// Why transition `t` happened, in the public vocabulary.
+    fn reason(&self, t: &Transition, reset: bool) -> TransitionReason {
+        let count = |n: u64| u32::try_from(n).unwrap_or(u32::MAX);
+        let (failure_threshold, slow_threshold) = (
+            self.config.failure_rate_threshold as f32,
+            self.config.slow_call_rate_threshold as f32,
+        );
+        match t.cause {
+            Cause::Rates {
+                failure_rate,
+                slow_call_rate,
+                calls,
+                ..
+            } if t.from == Phase::HalfOpen => TransitionReason::ProbesFailed {
+                failure_rate,
+                failure_rate_threshold: failure_threshold,
+                slow_call_rate,
+                slow_call_rate_threshold: slow_threshold,
+                calls: count(calls),
+            },
+            Cause::Rates {
+                failure_rate,
+                failure_tripped: true,
+                calls,
+                ..
+            } => TransitionReason::FailureRate {
+                rate: failure_rate,
+                threshold: failure_threshold,
+                calls: count(calls),
+            },
+            Cause::Rates {
+                slow_call_rate,
+                calls,
+                ..
+            } => TransitionReason::SlowCallRate {
+                rate: slow_call_rate,
+                threshold: slow_threshold,
+                calls: count(calls),
+            },
+            Cause::ProbesSucceeded { calls } => TransitionReason::ProbesSucceeded {
+                calls: count(calls),
+            },
+            Cause::RetryAfter { hold_ns } => TransitionReason::RetryAfter {
+                hold: Duration::from_nanos(hold_ns),
+            },
+            Cause::WaitElapsed => TransitionReason::WaitElapsed,
+            Cause::Manual if reset => TransitionReason::Reset,
+            Cause::Manual => TransitionReason::Manual,
+        }
+    }
+
+    /// Tells the log and the subscribers about transition `t`. Allocates
+    /// nothing: the reason is a `Copy` value, formatted only by a tracing
+    /// subscriber that wants it, and events are queued without allocating.
+    fn announce(&self, t: Transition, reset: bool) {
         let (from, to) = (State::of(t.from), State::of(t.to));
+        let reason = self.reason(&t, reset);
         #[cfg(feature = "tracing")]
         {
             let name: &str = &self.name;
-            let (failure_rate, slow_call_rate) = (t.failure_rate, t.slow_call_rate);
+            let (rate, threshold, calls, hold) = reason.fields();
             if matches!(to, State::Open | State::ForcedOpen) {
-                tracing::warn!(breaker = name, %from, %to, ?failure_rate, ?slow_call_rate, "circuit breaker opened");
+                tracing::warn!(
+                    breaker = name, %from, %to, %reason, rate, threshold, calls, hold_ms = hold,
+                    "circuit breaker opened"
+                );
             } else {
-                tracing::info!(breaker = name, %from, %to, "circuit breaker changed state");
+                tracing::info!(
+                    breaker = name, %from, %to, %reason, rate, threshold, calls,
+                    "circuit breaker changed state"
+                );
             }
         }
         if !self.events.is_observed() {
             return;
         }
-        if let Some(rate) = t.failure_rate {
-            self.events.emit(&BreakerEvent::FailureRateExceeded {
-                name: Arc::clone(&self.name),
-                rate,
-            });
-        }
-        if let Some(rate) = t.slow_call_rate {
-            self.events.emit(&BreakerEvent::SlowCallRateExceeded {
-                name: Arc::clone(&self.name),
-                rate,
-            });
+        if let Cause::Rates {
+            failure_rate,
+            slow_call_rate,
+            failure_tripped,
+            slow_tripped,
+            ..
+        } = t.cause
+        {
+            if failure_tripped {
+                self.events.emit(&BreakerEvent::FailureRateExceeded {
+                    name: Arc::clone(&self.name),
+                    rate: failure_rate,
+                });
+            }
+            if slow_tripped {
+                self.events.emit(&BreakerEvent::SlowCallRateExceeded {
+                    name: Arc::clone(&self.name),
+                    rate: slow_call_rate,
+                });
+            }
         }
         self.events.emit(&BreakerEvent::StateTransition {
             name: Arc::clone(&self.name),
             from,
             to,
+            reason,
         });
     }
 }
@@ -346,9 +428,11 @@ impl BreakerPermit<'_> {
             Outcome::Failure { retry_after } => Sample::Call {
                 failed: true,
                 slow: slow(),
+                // Bounded: a `Retry-After` of days (or `Duration::MAX`) from a
+                // broken or hostile server holds for `max_retry_after_hold`.
                 hold_until_ns: retry_after
                     .filter(|d| config.honor_retry_after && !d.is_zero())
-                    .map(|d| now_ns.saturating_add(nanos(d))),
+                    .map(|d| now_ns.saturating_add(nanos(d.min(config.max_retry_after_hold)))),
             },
         };
         for t in breaker
@@ -357,7 +441,7 @@ impl BreakerPermit<'_> {
             .into_iter()
             .flatten()
         {
-            breaker.announce(t);
+            breaker.announce(t, false);
         }
     }
 }
@@ -367,5 +451,100 @@ impl Drop for BreakerPermit<'_> {
         if !self.done {
             self.breaker.core.release(self.admission);
         }
+    }
+}
+
+#[cfg(all(test, feature = "tracing"))]
+mod tests {
+    //! The log lines a transition writes, captured by a minimal subscriber
+    //! (the crate has no dependency on `tracing-subscriber`).
+
+    use std::fmt;
+    use std::sync::{Arc, Mutex};
+
+    use tracing::field::{Field, Visit};
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::{Event, Level, Metadata};
+
+    use super::*;
+    use crate::Classification;
+
+    type Lines = Arc<Mutex<Vec<(Level, Vec<(String, String)>)>>>;
+
+    struct Capture(Lines);
+
+    struct Fields(Vec<(String, String)>);
+
+    impl Visit for Fields {
+        fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+            self.0.push((field.name().to_owned(), format!("{value:?}")));
+        }
+    }
+
+    impl tracing::Subscriber for Capture {
+        fn enabled(&self, _: &Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &Attributes<'_>) -> Id {
+            Id::from_u64(1)
+        }
+        fn record(&self, _: &Id, _: &Record<'_>) {}
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+        fn event(&self, event: &Event<'_>) {
+            let mut fields = Fields(Vec::new());
+            event.record(&mut fields);
+            self.0
+                .lock()
+                .unwrap()
+                .push((*event.metadata().level(), fields.0));
+        }
+        fn enter(&self, _: &Id) {}
+        fn exit(&self, _: &Id) {}
+    }
+
+    fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
+        fields
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    #[test]
+    fn opening_logs_a_warning_with_its_reason_and_closing_an_info() {
+        let lines = Lines::default();
+        let config = BreakerConfig::default()
+            .sliding_window(SlidingWindow::CountBased { size: 4 })
+            .minimum_number_of_calls(4);
+        let breaker = Breaker::new("payments", config).unwrap();
+        tracing::subscriber::with_default(Capture(lines.clone()), || {
+            for _ in 0..4 {
+                breaker
+                    .try_acquire()
+                    .unwrap()
+                    .record(Some(Classification::Transient));
+            }
+            breaker.reset();
+        });
+        let lines = lines.lock().unwrap();
+        let transitions: Vec<_> = lines
+            .iter()
+            .filter(|(_, f)| field(f, "breaker") == Some("\"payments\""))
+            .collect();
+        assert_eq!(transitions.len(), 2, "{lines:?}");
+        let (level, opened) = transitions[0];
+        assert_eq!(*level, Level::WARN);
+        assert_eq!(field(opened, "from"), Some("closed"));
+        assert_eq!(field(opened, "to"), Some("open"));
+        assert_eq!(
+            field(opened, "reason"),
+            Some("failure rate 100.0 % over 4 calls >= threshold 50 %")
+        );
+        assert_eq!(field(opened, "rate"), Some("100.0"));
+        assert_eq!(field(opened, "threshold"), Some("50.0"));
+        assert_eq!(field(opened, "calls"), Some("4"));
+        let (level, closed) = transitions[1];
+        assert_eq!(*level, Level::INFO);
+        assert_eq!(field(closed, "to"), Some("closed"));
+        assert_eq!(field(closed, "reason"), Some("reset by hand"));
     }
 }

@@ -1,0 +1,156 @@
+//! What the annotated calls inside one future did: [`observe`].
+//!
+//! A failed call does not always mean nothing happened. When an attempt
+//! timed out, or its connection broke after the request went out, the
+//! dependency may have done the work (a card charged, the answer lost).
+//! The function's signature cannot say so without changing it; a report
+//! can, on request, without costing anything to calls nobody observes.
+
+use std::cell::RefCell;
+use std::future::Future;
+
+use crate::frame::{Frame, InFrame, forward_all};
+use crate::{Classification, ErrorKind};
+
+tokio::task_local! {
+    static REPORT: RefCell<Report>;
+}
+
+/// Runs `fut` and returns, with its output, a [`Report`] of every attempt
+/// the annotated calls inside it made.
+///
+/// Use it where a failure must be reconciled: when the report says the
+/// call [may have taken effect](Report::may_have_taken_effect), look the
+/// operation up by its [`IdempotencyKey`](crate::IdempotencyKey) before
+/// doing it again or telling the user it failed:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
+/// use std::time::Duration;
+/// use resilient::{IdempotencyKey, resilient};
+///
+/// #[resilient(retries = 1, timeout_ms = 100)]
+/// async fn charge(key: &IdempotencyKey) -> Result<(), std::io::Error> {
+///     // The provider charges, then the answer never comes back.
+///     std::future::pending::<()>().await;
+///     Ok(())
+/// }
+///
+/// let key = IdempotencyKey::random();
+/// let (result, report) = resilient::observe(charge(&key)).await;
+/// assert!(result.is_err());
+/// assert_eq!(report.attempts().len(), 2);
+/// if report.may_have_taken_effect() {
+///     // Reconcile: ask the provider for the charge made with `key`.
+/// }
+/// assert!(report.may_have_taken_effect());
+/// # }
+/// ```
+///
+/// Observing costs one task-local scope and a `Vec` that grows by one entry
+/// per attempt; calls made outside `observe` record nothing. A spawned task
+/// is not observed (tokio does not carry task-locals across `spawn`).
+pub async fn observe<F: Future>(fut: F) -> (F::Output, Report) {
+    REPORT
+        .scope(RefCell::new(Report::default()), async {
+            // Calls inside see that they are observed from their frame, so
+            // calls nobody observes never look for a report.
+            let frame = Frame::transparent(crate::current_deadline(), true);
+            let (output, end) = InFrame::new(frame, fut).await;
+            forward_all(&end);
+            let report = REPORT.with(|r| r.take());
+            (output, report)
+        })
+        .await
+}
+
+/// What the annotated calls inside an [`observe`]d future did.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    attempts: Vec<AttemptRecord>,
+    gave_up: bool,
+}
+
+impl Report {
+    /// Every attempt of every annotated call made inside, in the order
+    /// they ended (a nested call's attempts end before its caller's).
+    pub fn attempts(&self) -> &[AttemptRecord] {
+        &self.attempts
+    }
+
+    /// `true` when some failed attempt may nevertheless have taken effect at
+    /// the dependency: it was cut by its timeout or the call's deadline while
+    /// it ran, or its error said so
+    /// ([`Classify::may_have_taken_effect`](crate::Classify::may_have_taken_effect)).
+    /// `false` means every failed attempt certainly did nothing, as far as
+    /// the error types tell.
+    pub fn may_have_taken_effect(&self) -> bool {
+        self.attempts.iter().any(|a| a.may_have_taken_effect)
+    }
+
+    /// `true` when an annotated call inside stopped on a failure that its
+    /// callers must not retry: its retries, the retry budget or the time
+    /// before its deadline were spent, or a breaker, bulkhead or load
+    /// shedder refused it. A server uses it to tell its own caller not to
+    /// retry either (one retrying layer across services).
+    pub fn gave_up(&self) -> bool {
+        self.gave_up
+    }
+
+    /// Retries made (attempts after each call's first).
+    pub fn retries(&self) -> u32 {
+        let retries = self.attempts.iter().filter(|a| a.attempt > 1).count();
+        u32::try_from(retries).unwrap_or(u32::MAX)
+    }
+}
+
+/// One attempt of an annotated call, as [`Report`] lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AttemptRecord {
+    /// The annotated function, as `module::path::name`.
+    pub function: &'static str,
+    /// The attempt's number within its call, from 1.
+    pub attempt: u32,
+    /// How it ended.
+    pub outcome: AttemptOutcome,
+    /// The attempt failed in a way that may have taken effect.
+    pub may_have_taken_effect: bool,
+}
+
+/// How one attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AttemptOutcome {
+    /// The body returned `Ok`.
+    Succeeded,
+    /// The body returned an error, so classified.
+    Failed(Classification),
+    /// The attempt's timeout or the call's deadline cut it while it ran.
+    TimedOut,
+    /// Refused before it ran (breaker open, bulkhead full, load shed, a
+    /// deadline already passed).
+    Refused(ErrorKind),
+}
+
+/// Records one attempt, when a report is being made.
+pub(crate) fn record(
+    function: &'static str,
+    attempt: u32,
+    outcome: AttemptOutcome,
+    may_have_taken_effect: bool,
+) {
+    let _ = REPORT.try_with(|r| {
+        r.borrow_mut().attempts.push(AttemptRecord {
+            function,
+            attempt,
+            outcome,
+            may_have_taken_effect,
+        });
+    });
+}
+
+/// Records that a call gave up, when a report is being made.
+pub(crate) fn record_give_up() {
+    let _ = REPORT.try_with(|r| r.borrow_mut().gave_up = true);
+}

@@ -1,0 +1,349 @@
+//! A bad subscriber must not break the call or the breaker (issue 7, item 6),
+//! and transitions say why (issue 9).
+//!
+//! The guarantee tested here: subscribers never run on a caller's thread.
+//! A call that causes an event (a transition, a refusal) returns what it
+//! would have returned with no subscriber at all, whether the subscriber
+//! panics, blocks or is slow; events reach subscribers in order, at most
+//! once, and are dropped (and counted) only when the bounded queue is full.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
+
+use resilient::{
+    Breaker, BreakerConfig, BreakerEvent, Classification, Classify, ErrorKind, EventHub, Registry,
+    SlidingWindow, State, TransitionReason, resilient,
+};
+use tokio::time::advance;
+
+const FLUSH: Duration = Duration::from_secs(10);
+const FAILURE: Option<Classification> = Some(Classification::Transient);
+const SUCCESS: Option<Classification> = None;
+
+#[derive(Debug)]
+enum E {
+    Down,
+    Resilience(resilient::Error),
+}
+
+impl From<resilient::Error> for E {
+    fn from(e: resilient::Error) -> Self {
+        E::Resilience(e)
+    }
+}
+
+impl Classify for E {
+    fn classify(&self) -> Classification {
+        match self {
+            E::Down => Classification::Transient,
+            E::Resilience(e) => e.classify(),
+        }
+    }
+}
+
+/// A dependency that fails while `down` is set.
+#[derive(Default)]
+struct Dep {
+    down: std::sync::atomic::AtomicBool,
+    calls: AtomicUsize,
+}
+
+impl Dep {
+    async fn call(&self) -> Result<u32, E> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        tokio::task::yield_now().await;
+        if self.down.load(Ordering::SeqCst) {
+            Err(E::Down)
+        } else {
+            Ok(7)
+        }
+    }
+}
+
+#[resilient(breaker = "payments")]
+async fn pay(dep: &Dep) -> Result<u32, E> {
+    dep.call().await
+}
+
+fn window_of_four() -> BreakerConfig {
+    BreakerConfig::default()
+        .sliding_window(SlidingWindow::CountBased { size: 4 })
+        .minimum_number_of_calls(4)
+        .wait_duration_in_open_state(Duration::from_secs(10))
+        .permitted_number_of_calls_in_half_open_state(1)
+}
+
+fn registry() -> Registry {
+    Registry::builder()
+        .breaker("payments", window_of_four())
+        .build()
+        .unwrap()
+}
+
+fn refusal(result: Result<u32, E>) -> Option<ErrorKind> {
+    match result {
+        Err(E::Resilience(e)) => Some(e.kind()),
+        _ => None,
+    }
+}
+
+/// Opens, refuses, half-opens and closes the registry's breaker through the
+/// attribute, asserting every call's result on the way.
+async fn outage_and_recovery(reg: &Registry, dep: &Dep) {
+    dep.down.store(true, Ordering::SeqCst);
+    for _ in 0..4 {
+        assert!(
+            matches!(pay(dep).await, Err(E::Down)),
+            "the body's own error"
+        );
+    }
+    assert_eq!(reg.breaker("payments").unwrap().state(), State::Open);
+    assert_eq!(
+        refusal(pay(dep).await),
+        Some(ErrorKind::BreakerOpen),
+        "a refusal, not a panic"
+    );
+    dep.down.store(false, Ordering::SeqCst);
+    advance(Duration::from_secs(10)).await;
+    assert_eq!(
+        pay(dep).await.unwrap(),
+        7,
+        "the probe ran and its result came back"
+    );
+    assert_eq!(
+        reg.breaker("payments").unwrap().state(),
+        State::Closed,
+        "the probe closed it"
+    );
+    assert_eq!(pay(dep).await.unwrap(), 7);
+    assert_eq!(dep.calls.load(Ordering::SeqCst), 6);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_subscriber_panicking_on_every_event_changes_no_calls_result() {
+    let reg = registry();
+    let panics = Arc::new(AtomicUsize::new(0));
+    let count = panics.clone();
+    let subscription = reg.subscribe(move |_| {
+        count.fetch_add(1, Ordering::SeqCst);
+        panic!("subscriber bug");
+    });
+    let dep = Dep::default();
+    reg.scope(outage_and_recovery(&reg, &dep)).await;
+    assert!(subscription.flush(FLUSH));
+    assert!(
+        panics.load(Ordering::SeqCst) >= 4,
+        "it kept its subscription and kept being called"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_subscriber_panicking_on_open_to_half_open_does_not_lose_the_probe() {
+    let reg = registry();
+    let subscription = reg.subscribe(|e| {
+        if let BreakerEvent::StateTransition {
+            to: State::HalfOpen,
+            ..
+        } = e
+        {
+            panic!("subscriber bug on half-open");
+        }
+    });
+    let dep = Dep::default();
+    reg.scope(outage_and_recovery(&reg, &dep)).await;
+    assert!(subscription.flush(FLUSH));
+    // And again: the breaker is fully working after the panic.
+    reg.scope(async {
+        dep.down.store(true, Ordering::SeqCst);
+        for _ in 0..4 {
+            let _ = pay(&dep).await;
+        }
+        advance(Duration::from_secs(10)).await;
+        dep.down.store(false, Ordering::SeqCst);
+        assert_eq!(pay(&dep).await.unwrap(), 7);
+    })
+    .await;
+    assert_eq!(reg.breaker("payments").unwrap().state(), State::Closed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_subscriber_does_not_stop_the_others() {
+    let b = Breaker::new("dep", window_of_four()).unwrap();
+    let _bad = b.subscribe(|_| panic!("subscriber bug"));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let good = b.subscribe(move |e| sink.lock().unwrap().push(e.clone()));
+    b.transition_to(State::ForcedOpen);
+    b.reset();
+    assert!(good.flush(FLUSH));
+    assert_eq!(seen.lock().unwrap().len(), 2);
+}
+
+/// Calls `f` on another thread and waits `limit` of real time for it.
+fn finishes_within<T: Send + 'static>(
+    limit: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (done, result) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(f());
+    });
+    result
+        .recv_timeout(limit)
+        .expect("the calls waited for a blocked subscriber")
+}
+
+#[test]
+fn a_blocked_subscriber_delays_no_call_and_gets_a_prefix_of_the_events_in_order() {
+    let b = Arc::new(Breaker::new("dep", window_of_four()).unwrap());
+    let (release, blocked) = mpsc::channel::<()>();
+    let blocked = Mutex::new(blocked);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let subscription = b.subscribe(move |e| {
+        // Blocks on the first event until the test releases it.
+        let _ = blocked.lock().unwrap().recv();
+        sink.lock().unwrap().push(e.clone());
+    });
+    const REFUSED: usize = 3 * EventHub::QUEUE_CAPACITY;
+    let caller = b.clone();
+    let emitted = finishes_within(Duration::from_secs(30), move || {
+        for _ in 0..4 {
+            caller.try_acquire().unwrap().record(FAILURE);
+        }
+        for _ in 0..REFUSED {
+            assert!(caller.try_acquire().is_err());
+        }
+        2 + REFUSED // rate exceeded, closed → open, then the refusals
+    });
+    drop(release); // every later recv returns at once
+    assert!(subscription.flush(FLUSH));
+    let seen = seen.lock().unwrap();
+    let dropped = subscription.dropped_events() as usize;
+    assert_eq!(
+        seen.len() + dropped,
+        emitted,
+        "each event delivered or dropped"
+    );
+    assert!(
+        seen.len() >= EventHub::QUEUE_CAPACITY,
+        "the queue held its capacity"
+    );
+    assert!(matches!(seen[0], BreakerEvent::FailureRateExceeded { .. }));
+    assert!(matches!(
+        seen[1],
+        BreakerEvent::StateTransition {
+            from: State::Closed,
+            to: State::Open,
+            ..
+        }
+    ));
+    assert!(
+        seen[2..]
+            .iter()
+            .all(|e| matches!(e, BreakerEvent::CallNotPermitted { .. })),
+        "in order, the newest dropped"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn transitions_carry_their_reasons() {
+    let b = Breaker::new(
+        "dep",
+        window_of_four().permitted_number_of_calls_in_half_open_state(2),
+    )
+    .unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let subscription = b.subscribe(move |e| {
+        if let BreakerEvent::StateTransition {
+            from, to, reason, ..
+        } = e
+        {
+            sink.lock().unwrap().push((*from, *to, *reason));
+        }
+    });
+    let call = |outcome| b.try_acquire().unwrap().record(outcome);
+    for outcome in [SUCCESS, FAILURE, FAILURE, FAILURE] {
+        call(outcome);
+    }
+    advance(Duration::from_secs(10)).await;
+    call(FAILURE); // probe 1 of 2 (opens half-open)
+    call(SUCCESS); // probe 2: 50 % failed
+    advance(Duration::from_secs(10)).await;
+    call(SUCCESS);
+    call(SUCCESS);
+    b.transition_to(State::ForcedOpen);
+    b.reset();
+    assert!(subscription.flush(FLUSH));
+    use State::*;
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [
+            (
+                Closed,
+                Open,
+                TransitionReason::FailureRate {
+                    rate: 75.0,
+                    threshold: 50.0,
+                    calls: 4
+                }
+            ),
+            (Open, HalfOpen, TransitionReason::WaitElapsed),
+            (
+                HalfOpen,
+                Open,
+                TransitionReason::ProbesFailed {
+                    failure_rate: 50.0,
+                    failure_rate_threshold: 50.0,
+                    slow_call_rate: 0.0,
+                    slow_call_rate_threshold: 100.0,
+                    calls: 2
+                }
+            ),
+            (Open, HalfOpen, TransitionReason::WaitElapsed),
+            (
+                HalfOpen,
+                Closed,
+                TransitionReason::ProbesSucceeded { calls: 2 }
+            ),
+            (Closed, ForcedOpen, TransitionReason::Manual),
+            (ForcedOpen, Closed, TransitionReason::Reset),
+        ]
+    );
+}
+
+#[test]
+fn reasons_display_as_one_log_line() {
+    assert_eq!(
+        TransitionReason::FailureRate {
+            rate: 62.5,
+            threshold: 50.0,
+            calls: 8
+        }
+        .to_string(),
+        "failure rate 62.5 % over 8 calls >= threshold 50 %"
+    );
+    assert_eq!(
+        TransitionReason::SlowCallRate {
+            rate: 100.0,
+            threshold: 80.0,
+            calls: 1
+        }
+        .to_string(),
+        "slow-call rate 100.0 % over 1 call >= threshold 80 %"
+    );
+    assert_eq!(
+        TransitionReason::RetryAfter {
+            hold: Duration::from_secs(2)
+        }
+        .to_string(),
+        "held open by a Retry-After of 2s"
+    );
+    assert_eq!(
+        TransitionReason::ProbesSucceeded { calls: 3 }.to_string(),
+        "half-open probes succeeded: 3 probes below both thresholds"
+    );
+    assert_eq!(TransitionReason::Reset.to_string(), "reset by hand");
+}

@@ -1,0 +1,431 @@
+//! Promises that used to break outside the easy outage shape: concurrent
+//! calls in one task, calls refused locally, errors returned at a timeout's
+//! instant, failures that may have taken effect, absurd `Retry-After`s and
+//! far deadlines. Each test is named after what it reproduces.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use resilient::{
+    AttemptOutcome, BreakerConfig, BudgetConfig, Classification, Classify, ErrorKind,
+    IdempotencyKey, Registry, State, resilient,
+};
+
+#[derive(Debug)]
+enum E {
+    Unavailable,
+    Declined,
+    Throttled(Duration),
+    Resilience(resilient::Error),
+}
+
+impl From<resilient::Error> for E {
+    fn from(e: resilient::Error) -> Self {
+        E::Resilience(e)
+    }
+}
+
+impl Classify for E {
+    fn classify(&self) -> Classification {
+        match self {
+            E::Unavailable => Classification::Transient,
+            E::Declined => Classification::Permanent,
+            E::Throttled(after) => Classification::Throttled {
+                retry_after: Some(*after),
+            },
+            E::Resilience(e) => e.classify(),
+        }
+    }
+}
+
+/// Fails its first `failures` calls, then succeeds; each call takes
+/// `latency`; counts calls.
+#[derive(Debug, Default)]
+struct Flaky {
+    calls: AtomicU32,
+    failures: u32,
+    latency: Duration,
+}
+
+impl Flaky {
+    fn failing(failures: u32) -> Self {
+        Flaky {
+            calls: AtomicU32::new(0),
+            failures,
+            latency: Duration::from_millis(10),
+        }
+    }
+
+    fn slow(mut self, latency: Duration) -> Self {
+        self.latency = latency;
+        self
+    }
+
+    async fn call(&self) -> Result<(), E> {
+        let n = self.calls.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(self.latency).await;
+        if n < self.failures {
+            Err(E::Unavailable)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn calls(&self) -> u32 {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+// ---- Concurrent calls in one task do not share give-up accounting ----
+
+#[resilient(retries = 1, idempotent, base_ms = 1, cap_ms = 1)]
+async fn gives_up_fast(dep: &Flaky) -> Result<(), E> {
+    dep.call().await
+}
+
+#[resilient(retries = 3, idempotent, base_ms = 50, cap_ms = 50)]
+async fn recovers_slowly(dep: &Flaky) -> Result<(), E> {
+    dep.call().await
+}
+
+#[resilient(retries = 2, idempotent, base_ms = 1, cap_ms = 1)]
+async fn joins_two(a: &Flaky, b: &Flaky) -> Result<(), E> {
+    let (ra, rb) = tokio::join!(gives_up_fast(a), recovers_slowly(b));
+    assert!(ra.is_err(), "the first sibling always fails");
+    rb.expect("the second sibling recovers on its third attempt");
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sibling_giving_up_in_join_does_not_stop_another_siblings_retries() {
+    // `a` gives up at about 21 ms, while `b`'s first attempt still runs.
+    let a = Flaky::failing(u32::MAX);
+    let b = Flaky::failing(2).slow(Duration::from_millis(100));
+    joins_two(&a, &b).await.unwrap();
+    assert_eq!(
+        a.calls(),
+        2,
+        "the failing sibling made its own two attempts"
+    );
+    assert_eq!(b.calls(), 3, "the other sibling kept retrying to success");
+}
+
+async fn either(dep: &Flaky, fast: bool) -> Result<(), E> {
+    if fast {
+        gives_up_fast(dep).await
+    } else {
+        recovers_slowly(dep).await
+    }
+}
+
+#[resilient(retries = 2, idempotent, base_ms = 1, cap_ms = 1)]
+async fn fans_out(failing: &[Flaky], recovering: &[Flaky]) -> Result<u32, E> {
+    let mut all = FuturesUnordered::new();
+    for dep in failing {
+        all.push(either(dep, true));
+    }
+    for dep in recovering {
+        all.push(either(dep, false));
+    }
+    let mut ok = 0;
+    while let Some(result) = all.next().await {
+        ok += u32::from(result.is_ok());
+    }
+    Ok(ok)
+}
+
+#[tokio::test(start_paused = true)]
+async fn siblings_in_futures_unordered_keep_their_own_retries() {
+    let failing: Vec<Flaky> = (0..3).map(|_| Flaky::failing(u32::MAX)).collect();
+    let recovering: Vec<Flaky> = (0..3)
+        .map(|_| Flaky::failing(2).slow(Duration::from_millis(100)))
+        .collect();
+    assert_eq!(fans_out(&failing, &recovering).await.unwrap(), 3);
+    assert!(recovering.iter().all(|d| d.calls() == 3));
+    assert!(failing.iter().all(|d| d.calls() == 2));
+}
+
+async fn degrade(_dep: &Flaky, _error: E) -> Result<(), E> {
+    Ok(())
+}
+
+#[resilient(retries = 1, idempotent, base_ms = 100, cap_ms = 100, fallback = degrade)]
+async fn falls_back_late(dep: &Flaky) -> Result<(), E> {
+    dep.call().await
+}
+
+#[resilient(retries = 3, idempotent, base_ms = 1, cap_ms = 1)]
+async fn gives_up_early(dep: &Flaky) -> Result<(), E> {
+    dep.call().await
+}
+
+#[resilient(retries = 3, idempotent, base_ms = 1, cap_ms = 1)]
+async fn joins_fallback_and_give_up(a: &Flaky, b: &Flaky) -> Result<(), E> {
+    // `b` gives up (4 failures, about 40 ms) before `a`'s fallback answers
+    // (after about 120 ms): the fallback must not take back `b`'s give-up.
+    let (ra, rb) = tokio::join!(falls_back_late(a), gives_up_early(b));
+    ra?;
+    rb
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_siblings_fallback_does_not_erase_another_siblings_give_up() {
+    let a = Flaky::failing(u32::MAX);
+    let b = Flaky::failing(u32::MAX);
+    assert!(joins_fallback_and_give_up(&a, &b).await.is_err());
+    assert_eq!(
+        b.calls(),
+        4,
+        "the outer layer retried a failure a nested layer had given up on"
+    );
+}
+
+// ---- Calls refused locally earn no retry budget ----
+
+#[resilient(retries = 3, idempotent, base_ms = 1, cap_ms = 1, breaker = "dep")]
+async fn budgeted(dep: &Flaky) -> Result<(), E> {
+    dep.call().await
+}
+
+#[tokio::test(start_paused = true)]
+async fn calls_refused_by_an_open_breaker_earn_no_retry_budget() {
+    let registry = Registry::builder()
+        .breaker("dep", BreakerConfig::default())
+        .budget(
+            "dep",
+            BudgetConfig::ratio(0.1)
+                .window(Duration::from_secs(60))
+                .min_retries_per_second(0),
+        )
+        .build()
+        .unwrap();
+    registry
+        .scope(async {
+            let dep = Flaky::failing(u32::MAX);
+            let breaker = Registry::current().breaker("dep").unwrap();
+            breaker.transition_to(State::ForcedOpen);
+            for _ in 0..1000 {
+                match budgeted(&dep).await {
+                    Err(E::Resilience(e)) => assert_eq!(e.kind(), ErrorKind::BreakerOpen),
+                    other => panic!("expected a refusal, got {other:?}"),
+                }
+            }
+            assert_eq!(dep.calls(), 0);
+            breaker.transition_to(State::Disabled);
+            for _ in 0..20 {
+                assert!(budgeted(&dep).await.is_err());
+            }
+            // 20 real requests earn 10 % of a retry each: 2 retries, not
+            // the 60 that 1,000 refused calls used to pay for.
+            assert!(
+                dep.calls() <= 22,
+                "{} attempts for 20 requests under a 10 % budget",
+                dep.calls()
+            );
+        })
+        .await;
+}
+
+// ---- An error is the function's, not the timer's ----
+
+#[resilient(retries = 3, timeout_ms = 200, base_ms = 1, cap_ms = 1)]
+async fn pay(key: &IdempotencyKey, runs: &AtomicU32) -> Result<(), E> {
+    let _ = key;
+    runs.fetch_add(1, Ordering::SeqCst);
+    // The card is declined exactly as the attempt's timeout expires.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    Err(E::Declined)
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_error_returned_at_the_timeouts_instant_keeps_its_own_classification() {
+    let runs = AtomicU32::new(0);
+    let key = IdempotencyKey::random();
+    match pay(&key, &runs).await {
+        Err(E::Declined) => {}
+        other => panic!("expected the decline, got {other:?}"),
+    }
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "a permanent error was retried"
+    );
+}
+
+#[resilient(breaker = "cards", timeout_ms = 200)]
+async fn pay_once(runs: &AtomicU32) -> Result<(), E> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    Err(E::Declined)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_permanent_error_at_the_timeouts_instant_is_not_a_breaker_failure() {
+    let registry = Registry::builder()
+        .breaker("cards", BreakerConfig::default().minimum_number_of_calls(5))
+        .build()
+        .unwrap();
+    registry
+        .scope(async {
+            let runs = AtomicU32::new(0);
+            for _ in 0..20 {
+                assert!(matches!(pay_once(&runs).await, Err(E::Declined)));
+            }
+            assert_eq!(runs.load(Ordering::SeqCst), 20);
+            let breaker = Registry::current().breaker("cards").unwrap();
+            assert_eq!(breaker.state(), State::Closed);
+        })
+        .await;
+}
+
+// ---- Telling the caller when a failed call may have taken effect ----
+
+#[resilient(retries = 2, timeout_ms = 100, base_ms = 1, cap_ms = 1)]
+async fn charge_hangs(key: &IdempotencyKey) -> Result<(), std::io::Error> {
+    let _ = key;
+    std::future::pending::<()>().await;
+    Ok(())
+}
+
+#[resilient(retries = 2, base_ms = 1, cap_ms = 1)]
+async fn charge_with(key: &IdempotencyKey, kind: std::io::ErrorKind) -> Result<(), std::io::Error> {
+    let _ = key;
+    Err(std::io::Error::from(kind))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timed_out_attempt_is_reported_as_possibly_applied() {
+    let key = IdempotencyKey::random();
+    let (result, report) = resilient::observe(charge_hangs(&key)).await;
+    assert!(result.is_err());
+    assert_eq!(report.attempts().len(), 3);
+    assert!(
+        report
+            .attempts()
+            .iter()
+            .all(|a| a.outcome == AttemptOutcome::TimedOut)
+    );
+    assert!(report.may_have_taken_effect());
+    assert!(report.gave_up());
+    assert_eq!(report.retries(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_connection_is_reported_as_certainly_not_applied() {
+    let key = IdempotencyKey::random();
+    let (result, report) =
+        resilient::observe(charge_with(&key, std::io::ErrorKind::ConnectionRefused)).await;
+    assert!(result.is_err());
+    assert_eq!(report.attempts().len(), 3);
+    assert!(!report.may_have_taken_effect());
+    let (_, reset) =
+        resilient::observe(charge_with(&key, std::io::ErrorKind::ConnectionReset)).await;
+    assert!(reset.may_have_taken_effect());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_success_is_reported_with_its_attempts_and_nothing_outside_observe() {
+    let dep = Flaky::failing(1);
+    let (result, report) = resilient::observe(recovers_slowly(&dep)).await;
+    result.unwrap();
+    let outcomes: Vec<_> = report.attempts().iter().map(|a| a.outcome).collect();
+    assert_eq!(
+        outcomes,
+        [
+            AttemptOutcome::Failed(Classification::Transient),
+            AttemptOutcome::Succeeded
+        ]
+    );
+    assert!(report.attempts()[0].function.ends_with("::recovers_slowly"));
+    assert!(!report.gave_up());
+    assert!(!report.may_have_taken_effect());
+}
+
+// ---- Retry-After is bounded ----
+
+#[resilient(retries = 3, idempotent, base_ms = 1, cap_ms = 1000)]
+async fn throttled_for(after: Duration, calls: &AtomicU32) -> Result<(), E> {
+    calls.fetch_add(1, Ordering::SeqCst);
+    Err(E::Throttled(after))
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_absurd_retry_after_ends_the_call_at_once_instead_of_parking_it() {
+    for after in [
+        Duration::from_secs(86_400 * 3),
+        Duration::MAX,
+        resilient::MAX_RETRY_AFTER + Duration::from_millis(1),
+    ] {
+        let calls = AtomicU32::new(0);
+        let start = tokio::time::Instant::now();
+        assert!(matches!(
+            throttled_for(after, &calls).await,
+            Err(E::Throttled(_))
+        ));
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "{after:?}");
+        assert_eq!(start.elapsed(), Duration::ZERO, "{after:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_after_within_the_maximum_is_waited_for() {
+    let calls = AtomicU32::new(0);
+    let start = tokio::time::Instant::now();
+    let _ = throttled_for(Duration::from_secs(2), &calls).await;
+    assert_eq!(calls.load(Ordering::SeqCst), 4);
+    assert!(start.elapsed() >= Duration::from_secs(6));
+}
+
+// ---- Far deadlines ----
+
+#[tokio::test(start_paused = true)]
+async fn with_deadline_near_the_largest_instant_does_not_panic() {
+    // The largest budget `Instant::now()` can be advanced by, to the
+    // nanosecond, found by bisection: std does not name the largest
+    // `Instant`.
+    let now = tokio::time::Instant::now();
+    let fits_in = |nanos: u128| {
+        let d = Duration::new(
+            u64::try_from(nanos / 1_000_000_000).unwrap(),
+            u32::try_from(nanos % 1_000_000_000).unwrap(),
+        );
+        now.checked_add(d).map(|_| d)
+    };
+    let (mut fits, mut overflows) = (0u128, u128::from(u64::MAX) * 1_000_000_000);
+    while overflows - fits > 1 {
+        let mid = fits + (overflows - fits) / 2;
+        if fits_in(mid).is_some() {
+            fits = mid;
+        } else {
+            overflows = mid;
+        }
+    }
+    let largest = fits_in(fits).unwrap();
+    for budget in [
+        largest,
+        largest - Duration::from_micros(500),
+        largest - Duration::from_secs(1),
+        Duration::MAX,
+    ] {
+        let out = resilient::with_deadline(budget, async { 7 }).await;
+        assert_eq!(out.unwrap(), 7, "{budget:?}");
+        let slow = resilient::with_deadline(budget, async {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            8
+        })
+        .await;
+        assert_eq!(slow.unwrap(), 8, "{budget:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_annotated_call_under_a_far_deadline_runs() {
+    let dep = Arc::new(Flaky::failing(1));
+    let out = resilient::with_deadline(Duration::from_secs(86_400 * 365 * 200), async {
+        recovers_slowly(&dep).await
+    })
+    .await;
+    out.unwrap().unwrap();
+}
