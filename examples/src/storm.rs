@@ -183,6 +183,7 @@ struct Server {
 #[derive(Debug)]
 pub struct Dep {
     shape: Shape,
+    fault: Range<Duration>,
     start: Instant,
     server: Mutex<Server>,
     per_second: Mutex<Vec<u32>>,
@@ -195,6 +196,7 @@ impl Dep {
         let workers = (capacity * SERVICE.as_secs_f64()).ceil() as usize;
         Dep {
             shape,
+            fault: FAULT,
             start,
             server: Mutex::new(Server {
                 free_at: vec![start; workers.max(1)],
@@ -205,8 +207,21 @@ impl Dep {
         }
     }
 
+    /// A dependency that refuses every call fast, from now on.
+    pub fn refusing() -> Self {
+        Dep {
+            fault: Duration::ZERO..Duration::MAX,
+            ..Dep::new(Shape::Refuse, RATE)
+        }
+    }
+
+    /// Calls that reached it so far.
+    pub fn calls(&self) -> u32 {
+        self.per_second.lock().unwrap().iter().sum()
+    }
+
     fn in_fault(&self, at: Duration) -> bool {
-        FAULT.contains(&at)
+        self.fault.contains(&at)
     }
 
     /// One call to the dependency.
@@ -317,6 +332,36 @@ async fn naive4(dep: &Dep) -> Result<(), Failure> {
         Ok(result) => result,
         Err(_) => Err(Failure::TimedOut),
     }
+}
+
+/// `layers` hand-written nested loops of 3 retries each, without timeouts
+/// or deadline: the arithmetic of the SRE book's chapter 22.
+fn naive_stack(dep: &Dep, layers: u32) -> Call<'_> {
+    if layers == 0 {
+        return Box::pin(dep.call());
+    }
+    Box::pin(naive_layer(Duration::MAX, move || {
+        naive_stack(dep, layers - 1)
+    }))
+}
+
+/// Attempts one user request makes over a dependency that refuses fast,
+/// through `layers` (1 to 4) nested layers of 3 retries: hand-written loops
+/// if `naive`, else the library's (the layers of [`Config::Defaults`]).
+pub async fn attempts_of_one_request(layers: u32, naive: bool) -> u32 {
+    assert!((1..=4).contains(&layers), "1 to 4 layers");
+    let dep = Dep::refusing();
+    let _ = if naive {
+        naive_stack(&dep, layers).await
+    } else {
+        match layers {
+            1 => defaults1(&dep).await,
+            2 => defaults2(&dep).await,
+            3 => defaults3(&dep).await,
+            _ => defaults4(&dep).await,
+        }
+    };
+    dep.calls()
 }
 
 // --- the library's defaults -----------------------------------------------

@@ -34,6 +34,16 @@ fn assert_at_most_four_per_request(r: &Report) {
 }
 
 #[tokio::test(start_paused = true)]
+async fn three_naive_layers_of_three_retries_make_64_attempts_the_library_4() {
+    for layers in 1..=4 {
+        let naive = storm::attempts_of_one_request(layers, true).await;
+        assert_eq!(naive, 4u32.pow(layers), "{layers} naive layers");
+        let library = storm::attempts_of_one_request(layers, false).await;
+        assert_eq!(library, 4, "{layers} annotated layers");
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn naive_nested_loops_multiply_attempts_when_the_dependency_refuses_fast() {
     let r = storm::run_at(Shape::Refuse, Config::Naive, NAIVE_RATE).await;
     // Four layers of 4 attempts: up to 256, cut by the 10 s deadline.
@@ -52,7 +62,6 @@ async fn one_retrying_layer_when_the_dependency_refuses_fast() {
 }
 
 #[tokio::test(start_paused = true)]
-#[ignore = "needs engine fix on main (one retrying layer when the dependency hangs)"]
 async fn one_retrying_layer_when_the_dependency_hangs() {
     for config in LIBRARY {
         assert_at_most_four_per_request(&storm::run(Shape::Hang, config).await);
@@ -60,7 +69,6 @@ async fn one_retrying_layer_when_the_dependency_hangs() {
 }
 
 #[tokio::test(start_paused = true)]
-#[ignore = "needs engine fix on main (one retrying layer under overload's timeouts)"]
 async fn one_retrying_layer_when_the_dependency_is_overloaded() {
     for config in LIBRARY {
         assert_at_most_four_per_request(&storm::run(Shape::Overload, config).await);
@@ -76,7 +84,6 @@ async fn the_budget_caps_attempts_per_request_when_the_dependency_refuses_fast()
 }
 
 #[tokio::test(start_paused = true)]
-#[ignore = "needs engine fix on main (outer layers' retries bypass the budget when the dependency hangs)"]
 async fn the_budget_caps_attempts_per_request_when_the_dependency_hangs() {
     let r = storm::run(Shape::Hang, Config::Budget).await;
     let mean = r.mean_attempts_after_warm_up();
