@@ -106,12 +106,12 @@ fn draw_panel(
     panel: &Panel,
 ) -> Result<(), Box<dyn Error>> {
     let x = x_range(panel);
-    // Head room above the lines for the legend: a third more decades on a
+    // Head room above the lines for the legend: half as many decades again on a
     // log scale, a third more on a linear one.
     let top = if panel.log_y {
         let low = y_min_positive(panel).max(1e-3);
         let high = y_max(panel);
-        high * (high / low).powf(0.35).max(2.0)
+        high * (high / low).powf(0.5).max(2.0)
     } else {
         y_max(panel) * 1.35
     };
@@ -122,9 +122,18 @@ fn draw_panel(
         .x_label_area_size(42)
         .y_label_area_size(90);
     if panel.log_y {
-        // Zeros cannot be drawn on a log scale: they sit on the bottom axis,
-        // at 1 (or half the smallest value, if smaller).
-        let bottom = (y_min_positive(panel) / 2.0).clamp(1e-3, 1.0);
+        // Zeros cannot be drawn on a log scale: when there are any, they sit
+        // on the bottom axis, at 1 (or half the smallest value, if smaller).
+        let has_zero = panel
+            .series
+            .iter()
+            .any(|s| s.points.iter().any(|p| p.1 <= 0.0));
+        let half_smallest = (y_min_positive(panel) / 2.0).max(1e-3);
+        let bottom = if has_zero {
+            half_smallest.min(1.0)
+        } else {
+            half_smallest
+        };
         let mut chart = builder.build_cartesian_2d(x.clone(), (bottom..top).log_scale())?;
         chart
             .configure_mesh()
