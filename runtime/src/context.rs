@@ -139,10 +139,11 @@ pub fn propagate<F: Future>(fut: F) -> impl Future<Output = F::Output> {
     let registry = crate::Registry::scoped();
     let fut = crate::frame::scope_spawned(current_deadline(), fut);
     async move {
-        match registry {
+        let (output, _) = match registry {
             Some(registry) => registry.scope(fut).await,
             None => fut.await,
-        }
+        };
+        output
     }
 }
 

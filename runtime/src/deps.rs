@@ -145,6 +145,50 @@ impl Deps {
         ))
     }
 
+    /// Admits one attempt at once, without waiting: `None` when it would
+    /// have to wait for a bulkhead slot (then use [`admit`](Deps::admit)).
+    /// The body may start at `now`.
+    pub(crate) fn try_admit(&self, now: Option<Instant>) -> Option<Result<Admission<'_>, Error>> {
+        let breaker = match &self.breaker {
+            Some(b) => match b.try_acquire_at(now.unwrap_or_else(Instant::now)) {
+                Ok(permit) => Some(permit),
+                Err(open) => return Some(Err(open)),
+            },
+            None => None,
+        };
+        if let Some(t) = &self.throttle {
+            if t.shed(now.unwrap_or_else(Instant::now)) {
+                #[cfg(feature = "tracing")]
+                tracing::debug!(
+                    dependency = t.name(),
+                    "resilient: call shed by adaptive throttling"
+                );
+                return Some(Err(Error::load_shed(Arc::from(t.name()))));
+            }
+        }
+        let bulkhead = match &self.bulkhead {
+            Some(b) => match b.try_acquire() {
+                Ok(permit) => Some(permit),
+                // Dropping the breaker's permit gives it back.
+                Err(_) if b.may_wait() => return None,
+                Err(full) => {
+                    #[cfg(feature = "tracing")]
+                    tracing::debug!(
+                        bulkhead = b.name(),
+                        "resilient: bulkhead full, call refused"
+                    );
+                    return Some(Err(full));
+                }
+            },
+            None => None,
+        };
+        Some(Ok(Admission {
+            deps: self,
+            breaker,
+            _bulkhead: bulkhead,
+        }))
+    }
+
     /// Do these parts need the time an attempt starts and ends? (Breakers
     /// time calls; budgets and throttles count in time windows.)
     pub(crate) fn needs_clock(&self) -> bool {

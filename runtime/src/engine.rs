@@ -285,7 +285,13 @@ impl<C> Call<C> {
         let now = started.or_else(|| self.clocked.then(Instant::now));
         // The attempt's timeout runs from when its body starts, after any
         // wait for a bulkhead slot.
-        let (admission, body_start) = match self.deps.admit(now, self.deadline).await {
+        // Most attempts are admitted at once; only a wait for a bulkhead
+        // slot needs the asynchronous path.
+        let admitted = match self.deps.try_admit(now) {
+            Some(admitted) => admitted.map(|admission| (admission, now)),
+            None => self.deps.admit(now, self.deadline).await,
+        };
+        let (admission, body_start) = match admitted {
             Ok(admitted) => admitted,
             Err(refusal) => {
                 self.record(number, AttemptOutcome::Refused(refusal.kind()), false);
@@ -318,12 +324,7 @@ impl<C> Call<C> {
         let (result, frame_end) = match result {
             Ok((Ok(value), frame_end)) => {
                 admission.finish(Outcome::Success, end);
-                report::record(
-                    self.policy.function,
-                    number,
-                    AttemptOutcome::Succeeded,
-                    false,
-                );
+                self.record(number, AttemptOutcome::Succeeded, false);
                 (Ok(value), frame_end)
             }
             // A nested annotated call ended on this attempt's deadline,

@@ -1,9 +1,12 @@
 //! The attempt frame: the task's deadline, and what an annotated call
 //! learns from the annotated calls nested inside one of its attempts.
 //!
-//! Every attempt runs its body inside a frame (a tokio task-local scoped to
-//! that attempt's future), which also carries the task's deadline, so an
-//! attempt sets one task-local, not two. [`with_deadline`](crate::with_deadline)
+//! Every attempt runs its body inside a frame, which also carries the task's
+//! deadline. A frame is task-local: it is put in a thread-local slot for
+//! each poll of its future and taken out again afterwards (as tokio's
+//! `task_local!` does), but the slot is a plain `Copy` value in a `Cell`,
+//! which makes entering a frame a few moves instead of a `RefCell` swap of
+//! an `Option` (the success path enters one per attempt). [`with_deadline`](crate::with_deadline)
 //! and [`observe`](crate::observe) open *transparent* frames, which pass
 //! everything they collect on to the frame around them. Nested annotated
 //! calls report into the frame of the attempt that encloses them, and
@@ -44,8 +47,59 @@ use tokio::time::Instant;
 
 use crate::RetryBudget;
 
-tokio::task_local! {
-    static FRAME: Frame;
+/// The frame being polled on this thread, if any (`present`).
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    present: bool,
+    cap: u32,
+    base: u32,
+    in_retry: bool,
+    observed: bool,
+    /// Passes everything it collects on to the enclosing frame.
+    transparent: bool,
+    /// The task's deadline inside the frame; for an attempt, its own, by
+    /// which nested refusals of it are recognised.
+    deadline: Option<Instant>,
+    high: u32,
+    gave_up: u32,
+    timer_refused: bool,
+}
+
+impl Slot {
+    const EMPTY: Slot = Slot {
+        present: false,
+        cap: 0,
+        base: 0,
+        in_retry: false,
+        observed: false,
+        transparent: false,
+        deadline: None,
+        high: 0,
+        gave_up: 0,
+        timer_refused: false,
+    };
+}
+
+thread_local! {
+    static SLOT: Cell<Slot> = const { Cell::new(Slot::EMPTY) };
+    /// The budget the current frame collected: kept apart because it is
+    /// not `Copy`, and touched only by calls that have a budget.
+    static BUDGET: Cell<Option<BudgetRef>> = const { Cell::new(None) };
+}
+
+fn current() -> Slot {
+    SLOT.with(Cell::get)
+}
+
+/// Changes the current frame, if there is one.
+fn update(f: impl FnOnce(&mut Slot)) {
+    SLOT.with(|slot| {
+        let mut s = slot.get();
+        if s.present {
+            f(&mut s);
+            slot.set(s);
+        }
+    });
 }
 
 /// A retry budget a frame names: cached for a call site, or shared.
@@ -87,61 +141,30 @@ pub(crate) struct PathStart {
 }
 
 impl PathStart {
-    const FRESH: PathStart = PathStart {
-        cap: 0,
-        base: 0,
-        in_retry: false,
-        observed: false,
-        deadline: None,
-        nested: false,
-    };
-
     /// The path a call starts on: the enclosing frame's, if any.
     pub(crate) fn current() -> PathStart {
-        FRAME
-            .try_with(|f| PathStart {
-                cap: f.cap,
-                base: f.base,
-                in_retry: f.in_retry,
-                observed: f.observed,
-                deadline: f.deadline,
-                nested: true,
-            })
-            .unwrap_or(PathStart::FRESH)
+        let s = current();
+        PathStart {
+            cap: s.cap,
+            base: s.base,
+            in_retry: s.in_retry,
+            observed: s.observed,
+            deadline: s.deadline,
+            nested: s.present,
+        }
     }
 }
 
 /// The task's deadline, if a caller set one.
 pub(crate) fn deadline() -> Option<Instant> {
-    FRAME.try_with(|f| f.deadline).ok().flatten()
+    current().deadline
 }
 
-/// One attempt's frame, or a transparent one.
+/// One frame, outside the thread-local between polls.
+#[derive(Debug)]
 pub(crate) struct Frame {
-    cap: u32,
-    base: u32,
-    in_retry: bool,
-    observed: bool,
-    /// Passes everything it collects on to the enclosing frame.
-    transparent: bool,
-    /// The task's deadline inside the frame; for an attempt, its own, by
-    /// which nested refusals of it are recognised.
-    deadline: Option<Instant>,
-    high: Cell<u32>,
-    gave_up: Cell<u32>,
-    timer_refused: Cell<bool>,
-    budget: Cell<Option<BudgetRef>>,
-}
-
-impl std::fmt::Debug for Frame {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Frame")
-            .field("cap", &self.cap)
-            .field("base", &self.base)
-            .field("high", &self.high.get())
-            .field("gave_up", &self.gave_up.get())
-            .finish_non_exhaustive()
-    }
+    slot: Slot,
+    budget: Option<BudgetRef>,
 }
 
 /// What one attempt's frame collected.
@@ -168,98 +191,110 @@ impl Frame {
         deadline: Option<Instant>,
     ) -> Frame {
         Frame {
-            cap: path.cap,
-            base,
-            in_retry,
-            observed: path.observed,
-            transparent: false,
-            deadline,
-            high: Cell::new(base.saturating_add(1)),
-            gave_up: Cell::new(0),
-            timer_refused: Cell::new(false),
-            budget: Cell::new(None),
+            slot: Slot {
+                present: true,
+                cap: path.cap,
+                base,
+                in_retry,
+                observed: path.observed,
+                transparent: false,
+                deadline,
+                high: base.saturating_add(1),
+                gave_up: 0,
+                timer_refused: false,
+            },
+            budget: None,
         }
     }
 
     /// A transparent frame inside the current one, with `deadline` as the
     /// task's deadline; `observed` when it starts an [`observe`](crate::observe).
     pub(crate) fn transparent(deadline: Option<Instant>, observed: bool) -> Frame {
-        let path = PathStart::current();
+        let path = current();
         Frame {
-            cap: path.cap,
-            base: path.base,
-            in_retry: path.in_retry,
-            observed: observed || path.observed,
-            transparent: true,
-            deadline,
-            high: Cell::new(path.base),
-            gave_up: Cell::new(0),
-            timer_refused: Cell::new(false),
-            budget: Cell::new(None),
+            slot: Slot {
+                present: true,
+                cap: path.cap,
+                base: path.base,
+                in_retry: path.in_retry,
+                observed: observed || path.observed,
+                transparent: true,
+                deadline,
+                high: path.base,
+                gave_up: 0,
+                timer_refused: false,
+            },
+            budget: None,
         }
     }
 
     /// The frame of a spawned task: a new path with the spawner's deadline.
     pub(crate) fn spawned(deadline: Option<Instant>) -> Frame {
         Frame {
-            cap: 0,
-            base: 0,
-            in_retry: false,
-            observed: false,
-            transparent: false,
-            deadline,
-            high: Cell::new(0),
-            gave_up: Cell::new(0),
-            timer_refused: Cell::new(false),
-            budget: Cell::new(None),
-        }
-    }
-
-    /// A copy to carry out of the task-local (the budget moves).
-    fn take(&self) -> Frame {
-        Frame {
-            cap: self.cap,
-            base: self.base,
-            in_retry: self.in_retry,
-            observed: self.observed,
-            transparent: self.transparent,
-            deadline: self.deadline,
-            high: Cell::new(self.high.get()),
-            gave_up: Cell::new(self.gave_up.get()),
-            timer_refused: Cell::new(self.timer_refused.get()),
-            budget: Cell::new(self.budget.take()),
+            slot: Slot {
+                present: true,
+                deadline,
+                ..Slot::EMPTY
+            },
+            budget: None,
         }
     }
 
     fn end(self) -> FrameEnd {
         FrameEnd {
-            high: self.high.get(),
-            gave_up: self.gave_up.get(),
-            timer_refused: self.timer_refused.get(),
-            budget: self.budget.into_inner(),
-            transparent: self.transparent,
-            deadline: self.deadline,
+            high: self.slot.high,
+            gave_up: self.slot.gave_up,
+            timer_refused: self.slot.timer_refused,
+            budget: self.budget,
+            transparent: self.slot.transparent,
+            deadline: self.slot.deadline,
         }
+    }
+
+    /// Runs `f` with this frame as the current one, and takes back what it
+    /// collected, also if `f` panics.
+    fn enter<R>(&mut self, f: impl FnOnce() -> R) -> R {
+        struct Restore<'a> {
+            frame: &'a mut Frame,
+            outer: Slot,
+            outer_budget: Option<BudgetRef>,
+        }
+        impl Drop for Restore<'_> {
+            fn drop(&mut self) {
+                self.frame.slot = SLOT.with(|s| s.replace(self.outer));
+                let outer = self.outer_budget.take();
+                self.frame.budget = BUDGET.try_with(|b| b.replace(outer)).ok().flatten();
+            }
+        }
+        let outer = SLOT.with(|s| s.replace(self.slot));
+        let mine = self.budget.take();
+        let outer_budget = BUDGET.try_with(|b| b.replace(mine)).ok().flatten();
+        let _restore = Restore {
+            frame: self,
+            outer,
+            outer_budget,
+        };
+        f()
     }
 }
 
 /// Reports to the enclosing frame, if any, that this path reached `position`.
 pub(crate) fn reach(position: u32) {
-    let _ = FRAME.try_with(|f| f.high.set(f.high.get().max(position)));
+    update(|s| s.high = s.high.max(position));
 }
 
 /// Reports to the enclosing frame that a nested call gave up.
 pub(crate) fn report_give_up() {
-    let _ = FRAME.try_with(|f| f.gave_up.set(f.gave_up.get().saturating_add(1)));
+    update(|s| s.gave_up = s.gave_up.saturating_add(1));
 }
 
 /// Reports that a nested call ended because `deadline`, which it
 /// inherited, passed. Only the frame whose attempt set that very deadline
 /// takes it as its own timer.
 pub(crate) fn report_deadline(deadline: Option<Instant>) {
-    let _ = FRAME.try_with(|f| {
-        if deadline.is_some() && f.deadline == deadline {
-            f.timer_refused.set(true);
+    update(|s| {
+        if deadline.is_some() && s.deadline == deadline {
+            s.timer_refused = true;
         }
     });
 }
@@ -267,15 +302,14 @@ pub(crate) fn report_deadline(deadline: Option<Instant>) {
 /// Reports the retry budget nearest the dependency: deeper calls report
 /// later, so the last report wins.
 pub(crate) fn report_budget(budget: Option<BudgetRef>) {
-    if budget.is_some() {
-        let _ = FRAME.try_with(|f| f.budget.set(budget));
+    if budget.is_some() && current().present {
+        let _ = BUDGET.try_with(|b| b.set(budget));
     }
 }
 
 /// Passes what a cancelled attempt learned up to the frame that encloses
 /// its call: how far it got, and the budget below it. A transparent frame
-/// passes on everything, also when it ends normally (see
-/// [`forward_all`]).
+/// passes on everything, also when it ends normally ([`forward_all`]).
 fn forward(end: &FrameEnd) {
     reach(end.high);
     if let Some(budget) = &end.budget {
@@ -291,24 +325,21 @@ fn forward(end: &FrameEnd) {
     }
 }
 
-/// Runs a future about to be spawned in a frame of its own: a new path,
-/// with the spawner's deadline.
-pub(crate) fn scope_spawned<F: Future>(
-    deadline: Option<Instant>,
-    fut: F,
-) -> tokio::task::futures::TaskLocalFuture<Frame, F> {
-    FRAME.scope(Frame::spawned(deadline), fut)
-}
-
 /// Passes everything a transparent frame collected to the enclosing one.
 pub(crate) fn forward_all(end: &FrameEnd) {
     forward(end);
 }
 
+/// Runs a future about to be spawned in a frame of its own: a new path,
+/// with the spawner's deadline.
+pub(crate) fn scope_spawned<F: Future>(deadline: Option<Instant>, fut: F) -> InFrame<F> {
+    InFrame::new(Frame::spawned(deadline), fut)
+}
+
 pin_project! {
-    /// A future run inside an attempt frame.
+    /// A future run inside a frame.
     pub(crate) struct InFrame<F> {
-        // Outside the task-local between polls; `None` once ended.
+        // `None` once ended.
         frame: Option<Frame>,
         #[pin]
         fut: Option<F>,
@@ -320,19 +351,16 @@ pin_project! {
             // attempt. Drop the nested futures inside the frame, so each
             // reports how far it got, then pass that on.
             let this = this.project();
-            if let Some(frame) = this.frame.take() {
+            if let Some(mut frame) = this.frame.take() {
                 let mut fut = this.fut;
-                let frame = FRAME.sync_scope(frame, || {
-                    fut.set(None);
-                    FRAME.with(Frame::take)
-                });
+                frame.enter(|| fut.set(None));
                 forward(&frame.end());
             }
         }
     }
 }
 
-impl<F: Future> InFrame<F> {
+impl<F> InFrame<F> {
     pub(crate) fn new(frame: Frame, fut: F) -> Self {
         InFrame {
             frame: Some(frame),
@@ -340,20 +368,16 @@ impl<F: Future> InFrame<F> {
         }
     }
 
-    /// Ends the attempt early: drops the body inside the frame and returns
-    /// what the frame collected.
+    /// Ends the frame early: drops the future inside it and returns what
+    /// the frame collected.
     pub(crate) fn cancel(self: Pin<&mut Self>) -> FrameEnd {
         let this = self.project();
-        let Some(frame) = this.frame.take() else {
+        let Some(mut frame) = this.frame.take() else {
             return FrameEnd::default();
         };
         let mut fut = this.fut;
-        FRAME
-            .sync_scope(frame, || {
-                fut.set(None);
-                FRAME.with(Frame::take)
-            })
-            .end()
+        frame.enter(|| fut.set(None));
+        frame.end()
     }
 }
 
@@ -362,21 +386,18 @@ impl<F: Future> Future for InFrame<F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        let frame = this
-            .frame
-            .take()
-            .expect("`InFrame` polled after it completed");
-        let fut = this
-            .fut
-            .as_pin_mut()
-            .expect("the body is present until the frame ends");
-        let (poll, frame) = FRAME.sync_scope(frame, || (fut.poll(cx), FRAME.with(Frame::take)));
-        match poll {
-            Poll::Ready(out) => Poll::Ready((out, frame.end())),
-            Poll::Pending => {
-                *this.frame = Some(frame);
-                Poll::Pending
+        let Some(frame) = this.frame.as_mut() else {
+            panic!("`InFrame` polled after it completed");
+        };
+        let Some(fut) = this.fut.as_pin_mut() else {
+            panic!("`InFrame` polled after it completed");
+        };
+        match frame.enter(|| fut.poll(cx)) {
+            Poll::Ready(out) => {
+                let frame = this.frame.take().map(Frame::end).unwrap_or_default();
+                Poll::Ready((out, frame))
             }
+            Poll::Pending => Poll::Pending,
         }
     }
 }

@@ -194,8 +194,8 @@ async fn half_open_probe_closes_the_breaker_after_the_wait() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_throttled_reply_holds_the_breaker_open_for_every_caller() {
-    let reg = registry(window_of_four(75.0));
+async fn with_open_on_retry_after_a_throttled_reply_holds_the_breaker_open_for_every_caller() {
+    let reg = registry(window_of_four(75.0).open_on_retry_after(true));
     reg.scope(async {
         let dep = Dep::script(vec![Err(E::Busy(Duration::from_secs(30)))]);
         assert!(matches!(pay(&dep).await, Err(E::Busy(_))));
@@ -278,7 +278,7 @@ async fn subscribers_see_transitions_and_rejections() {
     let reg = registry(window_of_four(75.0));
     let seen = Arc::new(Mutex::new(Vec::new()));
     let sink = seen.clone();
-    let _subscription = reg.subscribe(move |e: &BreakerEvent| sink.lock().unwrap().push(e.clone()));
+    let subscription = reg.subscribe(move |e: &BreakerEvent| sink.lock().unwrap().push(e.clone()));
     reg.scope(async {
         let dep = Dep::script((0..4).map(|_| Err(E::Down)).collect());
         for _ in 0..5 {
@@ -286,6 +286,7 @@ async fn subscribers_see_transitions_and_rejections() {
         }
     })
     .await;
+    assert!(subscription.flush(Duration::from_secs(10)));
     let seen = seen.lock().unwrap();
     assert!(seen.iter().any(|e| matches!(
         e,

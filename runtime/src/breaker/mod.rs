@@ -98,7 +98,8 @@ pub struct Breaker {
     name: Arc<str>,
     config: BreakerConfig,
     core: Core,
-    origin: Instant,
+    /// `slow_call_duration_threshold` in nanoseconds.
+    slow_ns: u64,
     not_permitted: AtomicU64,
     events: Arc<EventHub>,
 }
@@ -142,10 +143,10 @@ impl Breaker {
             retry_after_opens: config.honor_retry_after && config.open_on_retry_after,
         };
         Breaker {
+            slow_ns: nanos(config.slow_call_duration_threshold),
             core: Core::new(settings, config.initial_state.phase()),
             name,
             config,
-            origin: Instant::now(),
             not_permitted: AtomicU64::new(0),
             events,
         }
@@ -168,7 +169,7 @@ impl Breaker {
     }
 
     fn since_origin(&self, now: Instant) -> u64 {
-        crate::time::nanos_since(self.origin, now)
+        crate::time::ticks(now)
     }
 
     /// Asks to make one call. `Err` is an [`ErrorKind::BreakerOpen`]
@@ -191,7 +192,7 @@ impl Breaker {
                 let permit = BreakerPermit {
                     breaker: self,
                     admission,
-                    start: now,
+                    start_ns: self.since_origin(now),
                     done: false,
                 };
                 if let Some(t) = transition {
@@ -383,7 +384,8 @@ impl Breaker {
 pub struct BreakerPermit<'a> {
     breaker: &'a Breaker,
     admission: Admission,
-    start: Instant,
+    /// When the call started, as [`crate::time::ticks`].
+    start_ns: u64,
     done: bool,
 }
 
@@ -408,7 +410,7 @@ impl BreakerPermit<'_> {
     /// Starts the call's clock again, at `now`: the permit was taken before
     /// a wait (for a bulkhead slot) that is not the dependency's time.
     pub(crate) fn restart_at(&mut self, now: Instant) {
-        self.start = now;
+        self.start_ns = self.breaker.since_origin(now);
     }
 
     pub(crate) fn record_at(mut self, outcome: Outcome, now: Instant) {
@@ -416,8 +418,7 @@ impl BreakerPermit<'_> {
         let breaker = self.breaker;
         let config = &breaker.config;
         let now_ns = breaker.since_origin(now);
-        let slow =
-            || now.saturating_duration_since(self.start) > config.slow_call_duration_threshold;
+        let slow = || now_ns.saturating_sub(self.start_ns) > breaker.slow_ns;
         let sample = match outcome {
             Outcome::Ignored => Sample::Ignored,
             Outcome::Success => Sample::Call {

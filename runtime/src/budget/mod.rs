@@ -433,7 +433,6 @@ const RETRIES: usize = window::SECOND;
 /// after each attempt, and [`try_retry`](Self::try_retry) before each retry.
 pub struct RetryBudget {
     name: Arc<str>,
-    origin: Instant,
     policy: Policy,
     granted: AtomicU64,
     refused: AtomicU64,
@@ -481,7 +480,6 @@ impl RetryBudget {
         };
         Self {
             name,
-            origin: Instant::now(),
             policy,
             granted: AtomicU64::new(0),
             refused: AtomicU64::new(0),
@@ -494,7 +492,7 @@ impl RetryBudget {
     }
 
     fn nanos(&self, now: Instant) -> u64 {
-        crate::time::nanos_since(self.origin, now)
+        crate::time::ticks(now)
     }
 
     /// Counts one call (its first attempt, not its retries), which earns

@@ -200,7 +200,6 @@ impl ThrottleConfig {
 /// ```
 pub struct AdaptiveThrottle {
     name: Arc<str>,
-    origin: Instant,
     k: f64,
     window_length: Duration,
     window: Window,
@@ -230,7 +229,6 @@ impl AdaptiveThrottle {
         let nanos = crate::time::nanos(config.window);
         Self {
             name,
-            origin: Instant::now(),
             k: config.k,
             window_length: config.window,
             window: Window::new(nanos / SLOTS as u64, SLOTS),
@@ -244,7 +242,7 @@ impl AdaptiveThrottle {
     }
 
     fn nanos(&self, now: Instant) -> u64 {
-        crate::time::nanos_since(self.origin, now)
+        crate::time::ticks(now)
     }
 
     fn probability(&self, requests: u64, accepts: u64) -> f64 {
