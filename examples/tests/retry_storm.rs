@@ -137,10 +137,19 @@ async fn the_breaker_keeps_calls_off_a_failing_dependency() {
     }
 }
 
+/// Two runs in one process, the second starting half a second later in the
+/// second than the first: the same figures, as long as the library's
+/// budgets and breakers count time from their own creation. Since main's
+/// 4f5ab7b their windows' one-second slots align to a process-wide origin
+/// taken from the real clock, so in paused time the figures depend on when
+/// in the second a run starts, and the example prints differently from one
+/// process to the next.
 #[tokio::test(start_paused = true)]
+#[ignore = "needs a library fix on main: time windows aligned to a real-clock origin (4f5ab7b)"]
 async fn the_experiment_prints_the_same_every_run() {
-    let a = storm::run(Shape::Overload, Config::Budget).await;
-    let b = storm::run(Shape::Overload, Config::Budget).await;
+    let a = storm::run(Shape::Refuse, Config::Budget).await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let b = storm::run(Shape::Refuse, Config::Budget).await;
     assert_eq!(a.requests, b.requests);
     assert_eq!(a.attempts_per_second, b.attempts_per_second);
 }
