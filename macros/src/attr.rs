@@ -239,11 +239,7 @@ impl Args {
             "breaker" | "budget" | "bulkhead" => {
                 let lit: LitStr = input.parse().map_err(|e| wrong(e.span()))?;
                 let text = lit.value();
-                if text.is_empty()
-                    || !text
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
-                {
+                if !crate::name::is_valid_name(&text) {
                     return Err(syn::Error::new(
                         lit.span(),
                         format!(

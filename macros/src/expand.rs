@@ -141,6 +141,11 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
         ret.to_token_stream()
     };
 
+    // Each attempt's future: the body, in an `async move` block that knows
+    // the declared return type before it reads the body (see `attempt_block`).
+    let has_impl = ret.to_token_stream().to_string().contains("impl");
+    let attempt = attempt_block(&body, &destructures, (!has_impl).then_some(&**ret));
+
     let retries = args.retries.as_ref().map_or(0, |r| r.value);
     let classifier = match &args.classify {
         Some(path) => path.value.to_token_stream(),
@@ -192,12 +197,38 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
         }
     }
 
+    // The function's names, recorded at link time so that a strict registry
+    // lacking one is refused at start-up (`Registry::check_names`).
+    let site = if args.breaker.is_some() || args.budget.is_some() || args.bulkhead.is_some() {
+        let names = [&args.breaker, &args.budget, &args.bulkhead].map(|name| match name {
+            Some(name) => {
+                let lit = &name.value;
+                quote!(::core::option::Option::Some(#lit))
+            }
+            None => quote!(::core::option::Option::None),
+        });
+        let [breaker, budget, bulkhead] = names;
+        let line = quote_spanned!(sig.ident.span()=> ::core::line!());
+        quote! {
+            #krate::__resilient_site!(#krate::__private::Site::new(
+                ::core::concat!(::core::module_path!(), "::", #name),
+                ::core::file!(),
+                #line,
+                #breaker,
+                #budget,
+                #bulkhead,
+            ));
+        }
+    } else {
+        TokenStream::new()
+    };
+
     let policy_ident = format_ident!("__RESILIENT_POLICY", span = Span::mixed_site());
     let call = if checked.reuses_arguments {
         let engine = quote_spanned! {ret_span=>
             #krate_at_ret::__private::retry::<#ret_hint, _, _, _, _>(&#policy_ident, #classifier, #krate_at_ret::__private::refusal_into::<#ret_hint>(), || {
                 #(#rebinds)*
-                async move { #(#destructures)* #body }
+                async move #attempt
             })
         };
         match &args.fallback {
@@ -235,7 +266,7 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
         }
     } else {
         quote_spanned! {ret_span=>
-            #krate_at_ret::__private::once::<#ret_hint, _, _, _, _>(&#policy_ident, #classifier, #krate_at_ret::__private::refusal_into::<#ret_hint>(), move || async move #body)
+            #krate_at_ret::__private::once::<#ret_hint, _, _, _, _>(&#policy_ident, #classifier, #krate_at_ret::__private::refusal_into::<#ret_hint>(), move || async move #attempt)
         }
     };
 
@@ -246,6 +277,7 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
         Delimiter::Brace,
         quote! {
             #(#checks)*
+            #site
             static #policy_ident: #krate::__private::Policy = #policy;
             #awaited
         },
@@ -255,4 +287,66 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
         #(#attrs)*
         #vis #outer_sig #outer_body
     }
+}
+
+/// The block of an attempt's `async move`: the user's body, spliced into
+/// braces that carry the body's own span, after the pattern arguments'
+/// destructuring and an unreachable `return` of the declared type.
+///
+/// That `return` comes first, so the block's output type is the function's
+/// declared one before any of the body is checked: a mismatch inside the
+/// body (`return Err(io_error)` where the function says `PayError`, a tail
+/// of the wrong type) is reported as rustc's plain E0308 at the user's
+/// expression, as it would be without the attribute, instead of at the
+/// return type naming `{async block}` and the engine. `#[tracing::instrument]`
+/// does the same. The body's statements are spliced, not nested as a
+/// block, so a one-line body (`{ g().await }`) does not become `{ { … } }`,
+/// which rustc warns about (`unused_braces`) in the user's code; its inner
+/// attributes (`#![allow(…)]`) stay first.
+fn attempt_block(body: &Group, destructures: &[TokenStream], ret: Option<&syn::Type>) -> Group {
+    let tokens: Vec<TokenTree> = body.stream().into_iter().collect();
+    let mut inner_attrs = 0;
+    while let [
+        TokenTree::Punct(hash),
+        TokenTree::Punct(bang),
+        TokenTree::Group(g),
+        ..,
+    ] = &tokens[inner_attrs..]
+    {
+        if hash.as_char() != '#' || bang.as_char() != '!' || g.delimiter() != Delimiter::Bracket {
+            break;
+        }
+        inner_attrs += 3;
+    }
+    let (attrs, stmts) = tokens.split_at(inner_attrs);
+    let attrs: TokenStream = attrs.iter().cloned().collect();
+    let stmts: TokenStream = stmts.iter().cloned().collect();
+    let edge = ret.map(|ret| {
+        // Hygienic, but located at the return type: rustc's "return type
+        // inferred to be … here" then points at the signature, as its
+        // "expected … because of return type" does without the attribute.
+        let value = format_ident!(
+            "__resilient_return",
+            span = Span::mixed_site().located_at(ret.span())
+        );
+        quote_spanned! {ret.span()=>
+            #[allow(
+                unreachable_code,
+                clippy::diverging_sub_expression,
+                clippy::let_unit_value,
+                clippy::unreachable,
+                clippy::needless_return
+            )]
+            if false {
+                let #value: #ret = ::core::unreachable!();
+                return #value;
+            }
+        }
+    });
+    let mut block = Group::new(
+        Delimiter::Brace,
+        quote! { #attrs #edge #(#destructures)* #stmts },
+    );
+    block.set_span(body.span());
+    block
 }

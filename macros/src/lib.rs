@@ -9,6 +9,7 @@ extern crate proc_macro;
 mod attr;
 mod expand;
 mod func;
+mod name;
 mod valid;
 
 use proc_macro::TokenStream;

@@ -5,6 +5,15 @@
 //! TimeoutUnit`, where the value is a positive integer of at most 8 ASCII
 //! digits and the unit one of `H` (hours), `M` (minutes), `S` (seconds), `m`
 //! (milliseconds), `u` (microseconds), `n` (nanoseconds).
+//!
+//! "Positive" rules out zero (`TimeoutValue → {positive integer as ASCII
+//! string of at most 8 digits}`, gRPC's PROTOCOL-HTTP2.md): `"0m"` is refused
+//! when parsed and never emitted. A deadline that has already passed, or
+//! less than a nanosecond left, is encoded as `"1n"`, the smallest value the
+//! specification allows: the next hop sees a deadline that has expired by
+//! the time it reads it and refuses at once, which is what the caller's
+//! passed deadline means. (Sending no header instead would tell it "no
+//! deadline at all".)
 
 use std::fmt;
 use std::str::FromStr;
@@ -26,6 +35,10 @@ const MAX_VALUE: u64 = 99_999_999;
 /// assert_eq!("250m".parse::<GrpcTimeout>().unwrap().duration(), Duration::from_millis(250));
 /// assert!("250".parse::<GrpcTimeout>().is_err());
 /// assert!("123456789S".parse::<GrpcTimeout>().is_err());
+///
+/// // Zero is not a valid value: refused when read, never written.
+/// assert!("0m".parse::<GrpcTimeout>().is_err());
+/// assert_eq!(GrpcTimeout::from(Duration::ZERO).to_string(), "1n");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct GrpcTimeout {
@@ -93,7 +106,8 @@ impl GrpcTimeout {
     }
 
     /// The current task's remaining deadline as a header value, or `None`
-    /// when no deadline is set.
+    /// when no deadline is set. A deadline that has passed is `"1n"` (see
+    /// the module docs: the specification has no zero).
     pub fn from_remaining() -> Option<GrpcTimeout> {
         crate::remaining().map(GrpcTimeout::from)
     }
@@ -102,10 +116,11 @@ impl GrpcTimeout {
 /// Encodes with the finest unit whose value fits in 8 digits, rounding up,
 /// so the receiver is never told it has less time than the sender knows of
 /// (the gRPC Go implementation rounds the same way). Durations beyond
-/// 99,999,999 hours saturate.
+/// 99,999,999 hours saturate. Zero, which the specification does not allow,
+/// becomes `1n`, the least it does.
 impl From<Duration> for GrpcTimeout {
     fn from(d: Duration) -> Self {
-        let nanos = d.as_nanos();
+        let nanos = d.as_nanos().max(1);
         for unit in Unit::ALL {
             let value = nanos.div_ceil(unit.nanos());
             if value <= u128::from(MAX_VALUE) {
@@ -167,6 +182,9 @@ impl FromStr for GrpcTimeout {
             }
             // At most 8 digits: cannot overflow u32.
             value = value * 10 + u32::from(b - b'0');
+        }
+        if value == 0 {
+            return err("the value must be positive (the gRPC specification has no zero timeout)");
         }
         Ok(GrpcTimeout { value, unit })
     }

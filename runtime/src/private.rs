@@ -6,6 +6,15 @@ pub use crate::engine::{Policy, once, retry};
 
 use crate::{Classification, Classify, Error, IdempotencyKey};
 
+// The link-time list of every annotated function's names, which
+// `Registry::check_names` reads (see `registry.rs`), and what the
+// `__resilient_site!` expansion needs to add to it.
+#[cfg(feature = "linkme")]
+pub use crate::registry::SITES;
+pub use crate::registry::Site;
+#[cfg(feature = "linkme")]
+pub use linkme;
+
 /// Kept for the expansion of functions with a fallback; the engine now
 /// learns of the fallback from the policy (`Policy::fallback`).
 pub fn give_up_mark() -> u64 {
@@ -86,7 +95,10 @@ impl<T, E> ReturnsResult for Result<T, E> {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot carry `resilient::Error`",
     label = "the error type of this `#[resilient]` function",
-    note = "a passed deadline, an attempt timeout or an open breaker reach the caller as this error type: add `impl From<resilient::Error> for {Self}`, e.g. a variant `{Self}::Resilience(resilient::Error)`"
+    note = "a passed deadline, an attempt timeout or an open breaker reach the caller as this error type, so it needs `From<resilient::Error>`",
+    note = "if `{Self}` is defined in your crate, add `impl From<resilient::Error> for {Self}`, e.g. with a variant `Resilience(resilient::Error)`",
+    note = "if `{Self}` comes from another crate (`reqwest::Error`, `anyhow::Error`, `std::fmt::Error`, `String`, ...), the orphan rule forbids that impl: return an error type of your own that wraps it, e.g. `enum MyError {{ Failed({Self}), Resilience(resilient::Error) }}` with a `From` impl for each",
+    note = "for an HTTP client, `resilient::http::Error` (feature `reqwest`) is ready-made: it carries `reqwest` errors, non-success responses and the library's refusals, and implements `Classify`"
 )]
 pub trait CarriesRefusals {
     /// The refusal, as this error type.

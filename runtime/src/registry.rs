@@ -1,12 +1,12 @@
 //! See the docs of `Registry`, which carry this module's documentation
 //! (the module is private; its items are re-exported at the crate root).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 
-use crate::config::{ConfigError, Problem};
+use crate::config::{ConfigError, Problem, check_name};
 use crate::{
     AdaptiveThrottle, Breaker, BreakerConfig, BreakerEvent, BreakerSnapshot, BudgetConfig,
     BudgetSnapshot, Bulkhead, BulkheadConfig, BulkheadSnapshot, EventHub, RetryBudget,
@@ -58,6 +58,16 @@ struct Inner {
     throttles: HashMap<Arc<str>, Arc<AdaptiveThrottle>>,
     fallbacks: Mutex<BTreeMap<&'static str, u64>>,
     events: Arc<EventHub>,
+    /// The names configured at build time (the maps above also gain the
+    /// names a lenient registry created on first use).
+    configured: Configured,
+}
+
+#[derive(Default)]
+struct Configured {
+    breakers: BTreeSet<String>,
+    budgets: BTreeSet<String>,
+    bulkheads: BTreeSet<String>,
 }
 
 impl fmt::Debug for Registry {
@@ -86,7 +96,11 @@ fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
     lock.write().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Refused [`Registry::install`]: the global registry was already in use.
+/// The global registry was already in use when another was installed.
+///
+/// No longer returned: [`Registry::install`] now refuses with a
+/// [`ConfigError`], which also lists the names a strict registry lacks.
+/// Its `Display` is the problem's reason.
 #[derive(Debug)]
 pub struct AlreadyInstalled(());
 
@@ -110,8 +124,121 @@ impl Registry {
     /// Makes this the global registry, used by every annotated call outside
     /// a [`scope`](Registry::scope). Call it once, at start-up, before the
     /// first annotated call.
-    pub fn install(self) -> Result<(), AlreadyInstalled> {
-        GLOBAL.set(self).map_err(|_| AlreadyInstalled(()))
+    ///
+    /// A [strict](RegistryBuilder::strict) registry is checked first with
+    /// [`check_names`](Registry::check_names): if an annotated function in
+    /// this program names a breaker, budget or bulkhead it lacks, it is
+    /// refused here, listing every such name and the functions that use it,
+    /// rather than failing those functions' calls later.
+    ///
+    /// Refused too, with the same error type, when the global registry is
+    /// already in use (installed before, or created by an earlier annotated
+    /// call): configuration must not depend on which call came first.
+    pub fn install(self) -> Result<(), ConfigError> {
+        if self.inner.strict {
+            self.check_names()?;
+        }
+        #[cfg(feature = "tracing")]
+        if !self.inner.strict {
+            if let Err(unconfigured) = self.check_names() {
+                tracing::info!(
+                    "resilient: names with no configuration get the defaults: {unconfigured}"
+                );
+            }
+        }
+        GLOBAL.set(self).map_err(|_| {
+            ConfigError::one(Problem::new(
+                "registry",
+                None,
+                "",
+                "",
+                AlreadyInstalled(()).to_string(),
+            ))
+        })
+    }
+
+    /// Checks that every breaker, budget and bulkhead named by an annotated
+    /// function in this program is configured in this registry, and reports
+    /// every one that is not, with the functions (and their source lines)
+    /// that name it.
+    ///
+    /// [`install`](Registry::install) runs it on a strict registry. Run it
+    /// yourself on a registry you [`scope`](Registry::scope) (in tests), or
+    /// on a lenient one to list the names that would get the default
+    /// configuration. A budget is only checked where a function names it
+    /// with `budget = "…"`: one that comes with a breaker's name is the
+    /// default budget when not configured, even in a strict registry.
+    ///
+    /// The attribute records each function's names in a list the linker
+    /// assembles (with the `linkme` feature, on by default); the list covers
+    /// every annotated function linked into the program, whether or not it
+    /// is ever called. Without the feature, or on a platform `linkme` does
+    /// not support, the list is empty and this check passes: a strict
+    /// registry then refuses an unconfigured name at the function's first
+    /// call instead.
+    ///
+    /// ```standalone_crate
+    /// use resilient::{BreakerConfig, Registry, resilient};
+    ///
+    /// #[resilient(breaker = "fraud-checks")]
+    /// async fn score(order: u64) -> Result<u32, std::io::Error> { Ok(7) }
+    ///
+    /// let lacking = Registry::builder().strict(true).build().unwrap();
+    /// # #[cfg(feature = "linkme")] {
+    /// let err = lacking.check_names().unwrap_err();
+    /// assert!(err.to_string().contains("breaker `fraud-checks`"), "{err}");
+    /// assert!(err.to_string().contains("score"), "{err}");
+    /// # }
+    ///
+    /// let complete = Registry::builder()
+    ///     .breaker("fraud-checks", BreakerConfig::default())
+    ///     .strict(true)
+    ///     .build()
+    ///     .unwrap();
+    /// assert!(complete.check_names().is_ok());
+    /// ```
+    pub fn check_names(&self) -> Result<(), ConfigError> {
+        let configured = &self.inner.configured;
+        let mut missing: BTreeMap<(&'static str, &'static str), Vec<&'static Site>> =
+            BTreeMap::new();
+        for site in sites() {
+            for (section, name, set) in [
+                ("breaker", site.breaker, &configured.breakers),
+                ("budget", site.budget, &configured.budgets),
+                ("bulkhead", site.bulkhead, &configured.bulkheads),
+            ] {
+                if let Some(name) = name {
+                    if !set.contains(name) {
+                        missing.entry((section, name)).or_default().push(site);
+                    }
+                }
+            }
+        }
+        let problems = missing
+            .into_iter()
+            .map(|((section, name), mut users)| {
+                users.sort_by_key(|s| (s.function, s.file, s.line));
+                users.dedup_by_key(|s| (s.function, s.file, s.line));
+                let users: Vec<String> = users
+                    .iter()
+                    .map(|s| format!("`{}` ({}:{})", s.function, s.file, s.line))
+                    .collect();
+                let table = match section {
+                    "breaker" => "breakers",
+                    "budget" => "budgets",
+                    _ => "bulkheads",
+                };
+                Problem::part(
+                    section,
+                    name,
+                    format!(
+                        "not configured, but used by {} (`{section} = \"{name}\"`); configure it (`[{table}.{name}]` in the file, or `.{section}(\"{name}\", …)` in code), or correct the name in the attribute",
+                        users.join(", ")
+                    ),
+                )
+            })
+            .collect();
+        ConfigError::from_problems(problems)
     }
 
     /// The global registry: the installed one, or a default one.
@@ -310,9 +437,27 @@ pub struct FallbackSnapshot {
 
 /// Configures a [`Registry`]; [`build`](RegistryBuilder::build) validates
 /// everything at once and reports every problem.
+///
+/// Settings come from two layers: code (the builder's methods) gives
+/// defaults, and configuration files (`toml` and `toml_file`, feature
+/// `toml`) override them, whatever the
+/// order of the calls. For a name both give, the file's configuration is
+/// used, whole: keys the file leaves out take the library's defaults, not
+/// the code's, so what runs is what the operator's file says. The same
+/// holds for `[defaults.*]` against `default_breaker` and friends, and for
+/// `[registry] unknown_names` against [`strict`](RegistryBuilder::strict).
+/// Between two files, the later one wins.
 #[derive(Debug, Default)]
 pub struct RegistryBuilder {
-    strict: bool,
+    code: Layer,
+    file: Layer,
+    problems: Vec<Problem>,
+}
+
+/// The settings of one source, code or file.
+#[derive(Debug, Default)]
+struct Layer {
+    strict: Option<bool>,
     default_breaker: Option<BreakerConfig>,
     default_budget: Option<BudgetConfig>,
     default_bulkhead: Option<BulkheadConfig>,
@@ -320,87 +465,134 @@ pub struct RegistryBuilder {
     budgets: BTreeMap<String, BudgetConfig>,
     bulkheads: BTreeMap<String, BulkheadConfig>,
     throttles: BTreeMap<String, ThrottleConfig>,
-    problems: Vec<Problem>,
+}
+
+impl Layer {
+    /// `self`, with every setting `over` gives replacing its own.
+    fn overridden_by(mut self, over: Layer) -> Layer {
+        self.strict = over.strict.or(self.strict);
+        self.default_breaker = over.default_breaker.or(self.default_breaker);
+        self.default_budget = over.default_budget.or(self.default_budget);
+        self.default_bulkhead = over.default_bulkhead.or(self.default_bulkhead);
+        self.breakers.extend(over.breakers);
+        self.budgets.extend(over.budgets);
+        self.bulkheads.extend(over.bulkheads);
+        self.throttles.extend(over.throttles);
+        self
+    }
 }
 
 impl RegistryBuilder {
-    /// Configures the breaker `name`.
+    /// Configures the breaker `name`, unless a configuration file does.
     pub fn breaker(mut self, name: impl Into<String>, config: BreakerConfig) -> Self {
-        self.breakers.insert(name.into(), config);
+        self.code.breakers.insert(name.into(), config);
         self
     }
 
-    /// Configures the retry budget `name`.
+    /// Configures the retry budget `name`, unless a configuration file does.
     pub fn budget(mut self, name: impl Into<String>, config: BudgetConfig) -> Self {
-        self.budgets.insert(name.into(), config);
+        self.code.budgets.insert(name.into(), config);
         self
     }
 
-    /// Configures the bulkhead `name`.
+    /// Configures the bulkhead `name`, unless a configuration file does.
     pub fn bulkhead(mut self, name: impl Into<String>, config: BulkheadConfig) -> Self {
-        self.bulkheads.insert(name.into(), config);
+        self.code.bulkheads.insert(name.into(), config);
         self
     }
 
     /// Turns on adaptive throttling for the dependency `name` (the breaker
-    /// name its functions use).
+    /// name its functions use), unless a configuration file configures it.
     pub fn throttle(mut self, name: impl Into<String>, config: ThrottleConfig) -> Self {
-        self.throttles.insert(name.into(), config);
+        self.code.throttles.insert(name.into(), config);
         self
     }
 
-    /// The configuration of breakers that were not configured by name.
+    /// The configuration of breakers that were not configured by name
+    /// (a file's `[defaults.breaker]` overrides it).
     pub fn default_breaker(mut self, config: BreakerConfig) -> Self {
-        self.default_breaker = Some(config);
+        self.code.default_breaker = Some(config);
         self
     }
 
-    /// The configuration of retry budgets that were not configured by name.
+    /// The configuration of retry budgets that were not configured by name
+    /// (a file's `[defaults.budget]` overrides it).
     pub fn default_budget(mut self, config: BudgetConfig) -> Self {
-        self.default_budget = Some(config);
+        self.code.default_budget = Some(config);
         self
     }
 
-    /// The configuration of bulkheads that were not configured by name.
+    /// The configuration of bulkheads that were not configured by name
+    /// (a file's `[defaults.bulkhead]` overrides it).
     pub fn default_bulkhead(mut self, config: BulkheadConfig) -> Self {
-        self.default_bulkhead = Some(config);
+        self.code.default_bulkhead = Some(config);
         self
     }
 
     /// With `true`, a function naming a breaker, budget or bulkhead that
     /// was not configured fails with [`ErrorKind::UnknownName`](crate::ErrorKind::UnknownName)
-    /// instead of getting the default configuration.
+    /// instead of getting the default configuration, and
+    /// [`install`](Registry::install) refuses the registry if any annotated
+    /// function in the program names one (see [`Registry::check_names`]).
+    /// A file's `[registry] unknown_names` overrides it.
     pub fn strict(mut self, strict: bool) -> Self {
-        self.strict = strict;
+        self.code.strict = Some(strict);
         self
     }
 
     /// Validates everything and builds the registry; every refused setting
-    /// is reported, naming the part, the key and the value.
+    /// is reported, naming the part, the key and the value (and, for
+    /// settings from a file, the file, line and table).
     pub fn build(self) -> Result<Registry, ConfigError> {
         let mut problems = self.problems;
-        let default_breaker = self.default_breaker.unwrap_or_default();
-        let default_budget = self.default_budget.unwrap_or_default();
-        let default_bulkhead = self.default_bulkhead.unwrap_or_default();
+        let layer = self.code.overridden_by(self.file);
+        let strict = layer.strict.unwrap_or(false);
+        let default_breaker = layer.default_breaker.unwrap_or_default();
+        let default_budget = layer.default_budget.unwrap_or_default();
+        let default_bulkhead = layer.default_bulkhead.unwrap_or_default();
         problems.extend(default_breaker.validate("(default)"));
         problems.extend(default_budget.validate("(default)"));
         problems.extend(default_bulkhead.validate("(default)"));
-        for (name, c) in &self.breakers {
+        // Names from files were checked (and placed) as they were read, and
+        // never reach the maps when refused; only names from code remain.
+        let mut named = |section: &'static str, name: &str| {
+            if let Err(reason) = check_name(name) {
+                problems.push(Problem::part(section, name, reason));
+            }
+        };
+        for name in layer.breakers.keys() {
+            named("breaker", name);
+        }
+        for name in layer.budgets.keys() {
+            named("budget", name);
+        }
+        for name in layer.bulkheads.keys() {
+            named("bulkhead", name);
+        }
+        for name in layer.throttles.keys() {
+            named("throttle", name);
+        }
+        for (name, c) in &layer.breakers {
             problems.extend(c.validate(name));
         }
-        for (name, c) in &self.budgets {
+        for (name, c) in &layer.budgets {
             problems.extend(c.validate(name));
         }
-        for (name, c) in &self.bulkheads {
+        for (name, c) in &layer.bulkheads {
             problems.extend(c.validate(name));
         }
-        for (name, c) in &self.throttles {
+        for (name, c) in &layer.throttles {
             problems.extend(c.validate(name));
         }
         ConfigError::from_problems(problems)?;
 
+        let configured = Configured {
+            breakers: layer.breakers.keys().cloned().collect(),
+            budgets: layer.budgets.keys().cloned().collect(),
+            bulkheads: layer.bulkheads.keys().cloned().collect(),
+        };
         let events = EventHub::new();
-        let breakers = self
+        let breakers = layer
             .breakers
             .into_iter()
             .map(|(name, c)| {
@@ -409,7 +601,7 @@ impl RegistryBuilder {
                 (name, Arc::new(b))
             })
             .collect();
-        let budgets = self
+        let budgets = layer
             .budgets
             .into_iter()
             .map(|(name, c)| {
@@ -417,7 +609,7 @@ impl RegistryBuilder {
                 (name.clone(), Arc::new(RetryBudget::from_validated(name, c)))
             })
             .collect();
-        let bulkheads = self
+        let bulkheads = layer
             .bulkheads
             .into_iter()
             .map(|(name, c)| {
@@ -425,7 +617,7 @@ impl RegistryBuilder {
                 (name.clone(), Arc::new(Bulkhead::from_validated(name, c)))
             })
             .collect();
-        let throttles = self
+        let throttles = layer
             .throttles
             .into_iter()
             .map(|(name, c)| {
@@ -438,7 +630,8 @@ impl RegistryBuilder {
             .collect();
         Ok(Registry {
             inner: Arc::new(Inner {
-                strict: self.strict,
+                strict,
+                configured,
                 default_breaker,
                 default_budget,
                 default_bulkhead,
@@ -453,178 +646,391 @@ impl RegistryBuilder {
     }
 }
 
+/// One annotated function's names, recorded by the attribute's expansion
+/// (through [`__resilient_site!`](crate::__resilient_site)) so that
+/// [`Registry::check_names`] knows every name the program uses before any
+/// call.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct Site {
+    function: &'static str,
+    file: &'static str,
+    line: u32,
+    breaker: Option<&'static str>,
+    budget: Option<&'static str>,
+    bulkhead: Option<&'static str>,
+}
+
+impl Site {
+    /// Called by the expansion only.
+    pub const fn new(
+        function: &'static str,
+        file: &'static str,
+        line: u32,
+        breaker: Option<&'static str>,
+        budget: Option<&'static str>,
+        bulkhead: Option<&'static str>,
+    ) -> Self {
+        Site {
+            function,
+            file,
+            line,
+            breaker,
+            budget,
+            bulkhead,
+        }
+    }
+}
+
+/// Every annotated function's names, assembled by the linker from the
+/// statics the expansion emits: no code runs before `main`, and no unsafe
+/// code is needed in the user's crate (it builds under
+/// `#![forbid(unsafe_code)]`; `tests/ui/pass/forbid-unsafe-code.rs`).
+#[cfg(feature = "linkme")]
+#[linkme::distributed_slice]
+#[linkme(crate = linkme)]
+pub static SITES: [Site];
+
+fn sites() -> &'static [Site] {
+    #[cfg(feature = "linkme")]
+    {
+        &SITES
+    }
+    #[cfg(not(feature = "linkme"))]
+    {
+        &[]
+    }
+}
+
+/// Records one annotated function's names for [`Registry::check_names`].
+/// Emitted by `#[resilient]`; not an API.
+#[cfg(feature = "linkme")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __resilient_site {
+    ($site:expr) => {
+        #[$crate::__private::linkme::distributed_slice($crate::__private::SITES)]
+        #[linkme(crate = $crate::__private::linkme)]
+        static __RESILIENT_SITE: $crate::__private::Site = $site;
+    };
+}
+
+/// Without the `linkme` feature, names are not recorded.
+#[cfg(not(feature = "linkme"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __resilient_site {
+    ($site:expr) => {};
+}
+
 #[cfg(feature = "toml")]
 mod file {
     //! Loading a registry from TOML; the format is documented on `Registry`.
+    //! Every refusal is placed: file (when read from one), line, column and
+    //! table.
 
     use std::path::Path;
+    use std::sync::Arc;
+
+    use toml::Spanned;
+    use toml::de::{DeTable, DeValue};
 
     use super::RegistryBuilder;
-    use crate::config::{ConfigError, Problem};
+    use crate::config::setting::{self, RawValue, Settings};
+    use crate::config::{ConfigError, Location, Problem, check_name};
     use crate::{BreakerConfig, BudgetConfig, BulkheadConfig, ThrottleConfig};
 
     const SECTIONS: &str =
         "`registry`, `defaults`, `breakers`, `budgets`, `bulkheads`, `throttles`";
 
-    fn problem(
-        section: &'static str,
-        name: Option<&str>,
-        key: &str,
-        value: impl std::fmt::Display,
-        reason: impl Into<String>,
-    ) -> Problem {
-        Problem::new(section, name, key, value, reason)
+    /// The text being read, for turning spans into lines.
+    struct Source<'a> {
+        text: &'a str,
+        file: Option<Arc<str>>,
     }
 
-    /// Reads one `[kind.name]` table with the part's own `from_toml`, so
-    /// every problem names the part, the key and the value.
-    fn part<T>(
-        table: toml::Value,
-        from_toml: impl FnOnce(&str) -> Result<T, ConfigError>,
+    impl Source<'_> {
+        fn at(&self, offset: usize, table: Option<&str>) -> Location {
+            let mut location = Location::at(self.text, offset, self.file.as_ref());
+            location.table = table.map(str::to_owned);
+            location
+        }
+    }
+
+    /// What a value is, for "found …" in messages.
+    fn shown(value: &DeValue<'_>) -> String {
+        RawValue::from(value).to_string()
+    }
+
+    /// A TOML key as written in a table path: bare when it can be.
+    fn key_path(key: &str) -> String {
+        if !key.is_empty()
+            && key
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'))
+        {
+            key.to_owned()
+        } else {
+            format!("{key:?}")
+        }
+    }
+
+    /// Reads one part's table (`[breakers.payments]`), placing every
+    /// problem at its key.
+    fn part<T: Settings>(
+        src: &Source<'_>,
+        parent: &str,
+        table_path: &str,
+        name: &str,
+        value: &Spanned<DeValue<'_>>,
         problems: &mut Vec<Problem>,
     ) -> Option<T> {
-        let text = match table {
-            toml::Value::Table(t) => toml::to_string(&t).unwrap_or_default(),
-            other => {
-                problems.push(problem(
-                    "registry",
-                    None,
-                    "(entry)",
-                    other,
-                    "expected a table of settings",
-                ));
-                return None;
-            }
+        let here = src.at(value.span().start, Some(table_path));
+        let DeValue::Table(table) = value.get_ref() else {
+            let here = src.at(value.span().start, Some(parent));
+            problems.push(
+                Problem::new(
+                    T::SECTION,
+                    Some(name),
+                    "",
+                    "",
+                    format!(
+                        "expected a table of settings, found {} ({}); write `[{table_path}]` followed by its keys, one per line",
+                        RawValue::from(value.get_ref()).kind(),
+                        shown(value.get_ref()),
+                    ),
+                )
+                .at(here),
+            );
+            return None;
         };
-        match from_toml(&text) {
-            Ok(c) => Some(c),
-            Err(e) => {
-                problems.extend(e.problems().iter().cloned());
+        let entries: Vec<(String, RawValue, Location)> = table
+            .iter()
+            .map(|(key, value)| {
+                (
+                    key.get_ref().to_string(),
+                    RawValue::from(value.get_ref()),
+                    src.at(key.span().start, Some(table_path)),
+                )
+            })
+            .collect();
+        match setting::from_located_entries(name, &entries, &here) {
+            Ok(config) => Some(config),
+            Err(found) => {
+                problems.extend(found);
                 None
             }
         }
     }
 
     impl RegistryBuilder {
-        /// Adds the configuration in a TOML document (see the module docs of
-        /// [`Registry`](super::Registry) for the format). Settings given in
-        /// code before or after are kept; the file wins for a name both give.
-        /// Problems are reported by [`build`](RegistryBuilder::build), all at
-        /// once, or here if the text is not TOML.
-        pub fn toml(mut self, text: &str) -> Result<Self, ConfigError> {
-            let doc: toml::Table = text.parse().map_err(|e: toml::de::Error| {
-                ConfigError::one(problem(
+        /// Adds the configuration in a TOML document (see the docs of
+        /// [`Registry`](super::Registry) for the format). The file
+        /// overrides code: for a name both configure, the file's settings
+        /// are used, whether this is called before or after the builder's
+        /// other methods (see [`RegistryBuilder`]).
+        ///
+        /// Problems are reported by [`build`](RegistryBuilder::build), all
+        /// at once, or here if the text is not TOML; each names the line,
+        /// column, table, part and key it concerns.
+        pub fn toml(self, text: &str) -> Result<Self, ConfigError> {
+            self.read_toml(text, None)
+        }
+
+        /// Like [`toml`](RegistryBuilder::toml), reading the document from
+        /// a file; problems also name the file.
+        pub fn toml_file(self, path: impl AsRef<Path>) -> Result<Self, ConfigError> {
+            let path = path.as_ref();
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                ConfigError::one(Problem::new(
                     "registry",
                     None,
-                    "(file)",
-                    "…",
-                    e.message().trim().to_owned(),
+                    "",
+                    "",
+                    format!("cannot read `{}`: {e}", path.display()),
                 ))
             })?;
-            let mut problems = Vec::new();
-            for (section, value) in doc {
-                let table = match value {
-                    toml::Value::Table(t) => t,
-                    other => {
-                        problems.push(problem(
+            self.read_toml(&text, Some(Arc::from(path.display().to_string())))
+        }
+
+        fn read_toml(mut self, text: &str, file: Option<Arc<str>>) -> Result<Self, ConfigError> {
+            let src = Source { text, file };
+            let (doc, errors) = DeTable::parse_recoverable(text);
+            if !errors.is_empty() {
+                let problems = errors
+                    .iter()
+                    .map(|e| {
+                        let mut p = Problem::new(
                             "registry",
                             None,
-                            &section,
-                            other,
-                            format!("expected a table; the file's sections are {SECTIONS}"),
-                        ));
-                        continue;
-                    }
+                            "",
+                            "",
+                            format!("not valid TOML: {}", e.message().trim()),
+                        );
+                        if let Some(span) = e.span() {
+                            p = p.at(src.at(span.start, None));
+                        }
+                        p
+                    })
+                    .collect();
+                return Err(ConfigError::from_problems(problems)
+                    .err()
+                    .unwrap_or_else(|| unreachable!("at least one error")));
+            }
+            let mut problems = Vec::new();
+            for (section, value) in doc.get_ref() {
+                let section_name = section.get_ref().as_ref();
+                let DeValue::Table(table) = value.get_ref() else {
+                    problems.push(
+                        Problem::new(
+                            "registry",
+                            None,
+                            section_name,
+                            shown(value.get_ref()),
+                            format!("expected a table (`[{section_name}]`); the file's sections are {SECTIONS}"),
+                        )
+                        .at(src.at(section.span().start, None)),
+                    );
+                    continue;
                 };
-                match section.as_str() {
-                    "registry" => {
-                        for (key, value) in table {
-                            match (key.as_str(), value.as_str()) {
-                                ("unknown_names", Some("error")) => self.strict = true,
-                                ("unknown_names", Some("default")) => self.strict = false,
-                                ("unknown_names", _) => problems.push(problem("registry", None, &key, value, "expected \"default\" (unconfigured names get the default configuration) or \"error\" (they are refused)")),
-                                _ => problems.push(problem("registry", None, &key, value, "unknown key; the `[registry]` section accepts `unknown_names`")),
-                            }
-                        }
-                    }
-                    "defaults" => {
-                        for (kind, value) in table {
-                            match kind.as_str() {
-                                "breaker" => self.default_breaker = part(value, |t| BreakerConfig::from_toml("(default)", t), &mut problems),
-                                "budget" => self.default_budget = part(value, |t| BudgetConfig::from_toml("(default)", t), &mut problems),
-                                "bulkhead" => self.default_bulkhead = part(value, |t| BulkheadConfig::from_toml("(default)", t), &mut problems),
-                                _ => problems.push(problem("registry", None, &format!("defaults.{kind}"), "…", "unknown section; `[defaults]` accepts `breaker`, `budget`, `bulkhead`")),
-                            }
-                        }
-                    }
+                match section_name {
+                    "registry" => self.registry_section(&src, table, &mut problems),
+                    "defaults" => self.defaults_section(&src, table, &mut problems),
                     "breakers" | "budgets" | "bulkheads" | "throttles" => {
-                        for (name, value) in table {
-                            match section.as_str() {
-                                "breakers" => {
-                                    if let Some(c) = part(
-                                        value,
-                                        |t| BreakerConfig::from_toml(&name, t),
-                                        &mut problems,
-                                    ) {
-                                        self.breakers.insert(name, c);
-                                    }
-                                }
-                                "budgets" => {
-                                    if let Some(c) = part(
-                                        value,
-                                        |t| BudgetConfig::from_toml(&name, t),
-                                        &mut problems,
-                                    ) {
-                                        self.budgets.insert(name, c);
-                                    }
-                                }
-                                "bulkheads" => {
-                                    if let Some(c) = part(
-                                        value,
-                                        |t| BulkheadConfig::from_toml(&name, t),
-                                        &mut problems,
-                                    ) {
-                                        self.bulkheads.insert(name, c);
-                                    }
-                                }
-                                _ => {
-                                    if let Some(c) = part(
-                                        value,
-                                        |t| ThrottleConfig::from_toml(&name, t),
-                                        &mut problems,
-                                    ) {
-                                        self.throttles.insert(name, c);
-                                    }
-                                }
-                            }
-                        }
+                        self.parts_section(&src, section_name, table, &mut problems);
                     }
-                    _ => problems.push(problem(
-                        "registry",
-                        None,
-                        &section,
-                        "…",
-                        format!("unknown section; expected one of {SECTIONS}"),
-                    )),
+                    _ => problems.push(
+                        Problem::new(
+                            "registry",
+                            None,
+                            "",
+                            "",
+                            format!(
+                                "unknown section `[{}]`; expected one of {SECTIONS}",
+                                key_path(section_name)
+                            ),
+                        )
+                        .at(src.at(section.span().start, None)),
+                    ),
                 }
             }
+            // In the file's order, as an operator reads it.
+            problems.sort_by_key(|p| p.line().unwrap_or(0));
             self.problems.extend(problems);
             Ok(self)
         }
 
-        /// Like [`toml`](RegistryBuilder::toml), reading the document from a file.
-        pub fn toml_file(self, path: impl AsRef<Path>) -> Result<Self, ConfigError> {
-            let path = path.as_ref();
-            let text = std::fs::read_to_string(path).map_err(|e| {
-                ConfigError::one(problem(
-                    "registry",
-                    None,
-                    "(file)",
-                    path.display(),
-                    format!("cannot read it: {e}"),
-                ))
-            })?;
-            self.toml(&text)
+        fn registry_section(
+            &mut self,
+            src: &Source<'_>,
+            table: &DeTable<'_>,
+            problems: &mut Vec<Problem>,
+        ) {
+            for (key, value) in table {
+                let at = src.at(key.span().start, Some("registry"));
+                match (key.get_ref().as_ref(), value.get_ref().as_str()) {
+                    ("unknown_names", Some("error")) => self.file.strict = Some(true),
+                    ("unknown_names", Some("default")) => self.file.strict = Some(false),
+                    ("unknown_names", _) => problems.push(Problem::new("registry", None, "unknown_names", shown(value.get_ref()), "expected \"default\" (unconfigured names get the default configuration) or \"error\" (they are refused, and `install` checks every name the program uses)").at(at)),
+                    (other, _) => problems.push(Problem::new("registry", None, other, shown(value.get_ref()), "unknown key; the `[registry]` section accepts `unknown_names`").at(at)),
+                }
+            }
+        }
+
+        fn defaults_section(
+            &mut self,
+            src: &Source<'_>,
+            table: &DeTable<'_>,
+            problems: &mut Vec<Problem>,
+        ) {
+            for (kind, value) in table {
+                let kind_name = kind.get_ref().as_ref();
+                let path = format!("defaults.{}", key_path(kind_name));
+                match kind_name {
+                    "breaker" => {
+                        if let Some(c) = part::<BreakerConfig>(src, "defaults", &path, "(default)", value, problems) {
+                            self.file.default_breaker = Some(c);
+                        }
+                    }
+                    "budget" => {
+                        if let Some(c) = part::<BudgetConfig>(src, "defaults", &path, "(default)", value, problems) {
+                            self.file.default_budget = Some(c);
+                        }
+                    }
+                    "bulkhead" => {
+                        if let Some(c) = part::<BulkheadConfig>(src, "defaults", &path, "(default)", value, problems) {
+                            self.file.default_bulkhead = Some(c);
+                        }
+                    }
+                    _ => problems.push(
+                        Problem::new(
+                            "registry",
+                            None,
+                            "",
+                            "",
+                            format!("unknown section `[{path}]`; `[defaults]` accepts `breaker`, `budget`, `bulkhead`"),
+                        )
+                        .at(src.at(kind.span().start, Some("defaults"))),
+                    ),
+                }
+            }
+        }
+
+        fn parts_section(
+            &mut self,
+            src: &Source<'_>,
+            section: &str,
+            table: &DeTable<'_>,
+            problems: &mut Vec<Problem>,
+        ) {
+            for (name, value) in table {
+                let name_str = name.get_ref().as_ref();
+                let path = format!("{section}.{}", key_path(name_str));
+                let kind: &'static str = match section {
+                    "breakers" => "breaker",
+                    "budgets" => "budget",
+                    "bulkheads" => "bulkhead",
+                    _ => "throttle",
+                };
+                if let Err(reason) = check_name(name_str) {
+                    problems.push(
+                        Problem::part(kind, name_str, reason)
+                            .at(src.at(name.span().start, Some(section))),
+                    );
+                    continue;
+                }
+                let name_owned = name_str.to_owned();
+                match section {
+                    "breakers" => {
+                        if let Some(c) =
+                            part::<BreakerConfig>(src, section, &path, name_str, value, problems)
+                        {
+                            self.file.breakers.insert(name_owned, c);
+                        }
+                    }
+                    "budgets" => {
+                        if let Some(c) =
+                            part::<BudgetConfig>(src, section, &path, name_str, value, problems)
+                        {
+                            self.file.budgets.insert(name_owned, c);
+                        }
+                    }
+                    "bulkheads" => {
+                        if let Some(c) =
+                            part::<BulkheadConfig>(src, section, &path, name_str, value, problems)
+                        {
+                            self.file.bulkheads.insert(name_owned, c);
+                        }
+                    }
+                    _ => {
+                        if let Some(c) =
+                            part::<ThrottleConfig>(src, section, &path, name_str, value, problems)
+                        {
+                            self.file.throttles.insert(name_owned, c);
+                        }
+                    }
+                }
+            }
         }
     }
 }

@@ -112,6 +112,73 @@ impl Lookup for Service {
     }
 }
 
+#[allow(clippy::unused_async)]
+async fn dependency() -> Result<u32, PayError> {
+    Ok(7)
+}
+
+// A one-line body used to make the expansion warn `unused_braces` (the
+// body's braces inside the generated `async move { … }`), failing
+// `-D warnings` builds.
+#[resilient(retries = 2, idempotent)]
+async fn one_line_with_retries() -> Result<u32, PayError> {
+    dependency().await
+}
+
+#[allow(clippy::unused_async)]
+async fn zero(_: PayError) -> Result<u32, PayError> {
+    Ok(0)
+}
+
+#[resilient(fallback = zero)]
+async fn one_line_with_fallback() -> Result<u32, PayError> {
+    dependency().await
+}
+
+#[resilient(retries = 1, idempotent, fallback = zero)]
+async fn one_line_with_both() -> Result<u32, PayError> {
+    dependency().await
+}
+
+#[resilient(deadline_ms = 100)]
+async fn one_line_once() -> Result<u32, PayError> {
+    dependency().await
+}
+
+#[resilient(retries = 1, idempotent)]
+async fn one_line_with_arguments(a: u32, (b, c): (u32, u32)) -> Result<u32, PayError> {
+    Ok(a + b + c)
+}
+
+// The body's own inner attributes stay first in the block the expansion
+// builds around it.
+#[resilient(retries = 1, idempotent)]
+async fn inner_attribute(n: u32) -> Result<u32, PayError> {
+    #![allow(clippy::needless_return)]
+    return Ok(n);
+}
+
+struct Names(String);
+
+impl Names {
+    // A borrowed return type is stated inside each attempt too.
+    #[resilient(retries = 1, idempotent)]
+    async fn first(&self) -> Result<&str, PayError> {
+        Ok(&self.0)
+    }
+}
+
+#[tokio::test]
+async fn one_line_bodies_run() {
+    assert_eq!(inner_attribute(4).await.unwrap(), 4);
+    assert_eq!(Names("n".to_owned()).first().await.unwrap(), "n");
+    assert_eq!(one_line_with_retries().await.unwrap(), 7);
+    assert_eq!(one_line_with_fallback().await.unwrap(), 7);
+    assert_eq!(one_line_with_both().await.unwrap(), 7);
+    assert_eq!(one_line_once().await.unwrap(), 7);
+    assert_eq!(one_line_with_arguments(1, (2, 3)).await.unwrap(), 6);
+}
+
 #[tokio::test]
 async fn annotated_functions_run() {
     let service = Service {

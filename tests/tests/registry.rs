@@ -450,3 +450,231 @@ fn the_documented_configuration_file_loads() {
     assert!(registry.bulkhead("payments").is_some());
     assert!(registry.throttle("payments").is_some());
 }
+
+const OPERATOR_FILE: &str = r#"
+[registry]
+unknown_names = "error"
+
+[defaults.breaker]
+failure_rate_threshold = 30
+
+[breakers.payments]
+failure_rate_threshold = 75
+"#;
+
+/// `toml` promised that the file wins over code for a name both give, but
+/// code given after it won (the README's own example did this, silently
+/// overriding the operator's file).
+#[test]
+fn code_given_after_the_file_does_not_override_it() {
+    let from_code = || BreakerConfig::default().failure_rate_threshold(10.0);
+    let file_first = Registry::builder()
+        .toml(OPERATOR_FILE)
+        .unwrap()
+        .breaker("payments", from_code())
+        .breaker("search", from_code())
+        .default_breaker(BreakerConfig::default().failure_rate_threshold(20.0))
+        .strict(false)
+        .build()
+        .unwrap();
+    let code_first = Registry::builder()
+        .breaker("payments", from_code())
+        .breaker("search", from_code())
+        .default_breaker(BreakerConfig::default().failure_rate_threshold(20.0))
+        .strict(false)
+        .toml(OPERATOR_FILE)
+        .unwrap()
+        .build()
+        .unwrap();
+    for (order, registry) in [("file first", &file_first), ("code first", &code_first)] {
+        // The file's configuration, whole: the code's is not merged in.
+        assert_eq!(
+            registry.breaker("payments").unwrap().config(),
+            &BreakerConfig::default().failure_rate_threshold(75.0),
+            "{order}"
+        );
+        // Code still configures what the file does not mention.
+        assert_eq!(
+            registry.breaker("search").unwrap().config(),
+            &from_code(),
+            "{order}"
+        );
+        // `[registry] unknown_names` and `[defaults.breaker]` win too.
+        assert!(registry.is_strict(), "{order}");
+    }
+    let defaults = Registry::builder()
+        .toml("[defaults.breaker]\nfailure_rate_threshold = 30")
+        .unwrap()
+        .default_breaker(BreakerConfig::default().failure_rate_threshold(20.0))
+        .build()
+        .unwrap();
+    let dep = Dep::default();
+    let created = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(defaults.scope(async {
+            unknown(&dep).await.unwrap();
+            Registry::current().breaker("not-configured").unwrap()
+        }));
+    assert_eq!(
+        created.config(),
+        &BreakerConfig::default().failure_rate_threshold(30.0)
+    );
+}
+
+/// The registry accepted names no attribute can use (empty, with spaces,
+/// with characters the attribute refuses): configuration that silently
+/// configured nothing.
+#[test]
+fn names_no_attribute_can_use_are_refused_in_code_and_in_files() {
+    let err = Registry::builder()
+        .breaker("payments ", BreakerConfig::default())
+        .budget(" payments", resilient::BudgetConfig::default())
+        .bulkhead("", resilient::BulkheadConfig::default())
+        .throttle("pay/ments", resilient::ThrottleConfig::default())
+        .breaker("fine_name-1.v2", BreakerConfig::default())
+        .build()
+        .unwrap_err();
+    let text = err.to_string();
+    assert_eq!(err.problems().len(), 4, "{text}");
+    for expected in [
+        "breaker `payments `",
+        "budget ` payments`",
+        "bulkhead ``",
+        "throttle `pay/ments`",
+        "a space at the end",
+        "a space at the start",
+        "must not be empty",
+        "`/`",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+
+    let err = Registry::builder()
+        .toml("[breakers.\"payments \"]\n\n[bulkheads.\"\"]\nmax_concurrent = 2\n\n[budgets.\"pay ments\"]\n")
+        .unwrap()
+        .build()
+        .unwrap_err();
+    let text = err.to_string();
+    assert_eq!(err.problems().len(), 3, "{text}");
+    let lines: Vec<_> = err.problems().iter().map(|p| p.line()).collect();
+    assert_eq!(lines, [Some(1), Some(3), Some(6)], "{text}");
+    assert!(text.contains("breaker `payments `"), "{text}");
+    assert!(text.contains("bulkhead ``"), "{text}");
+    assert!(text.contains("budget `pay ments`"), "{text}");
+}
+
+/// `[breakers] payments = 5` was refused naming neither the part nor the
+/// section.
+#[test]
+fn a_part_that_is_not_a_table_is_refused_naming_its_section_part_and_line() {
+    let err = Registry::builder()
+        .toml("[registry]\nunknown_names = \"error\"\n\n[breakers]\npayments = 5\n")
+        .unwrap()
+        .build()
+        .unwrap_err();
+    let p = &err.problems()[0];
+    assert_eq!(
+        (p.section(), p.name(), p.table(), p.line()),
+        ("breaker", Some("payments"), Some("breakers"), Some(5)),
+        "{err}"
+    );
+    let text = err.to_string();
+    for expected in [
+        "line 5",
+        "[breakers]",
+        "breaker `payments`",
+        "`[breakers.payments]`",
+        "5",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+}
+
+/// A file that was not TOML was refused without its line and column.
+#[test]
+fn text_that_is_not_toml_is_refused_with_its_line_and_column() {
+    let err = Registry::builder()
+        .toml("[breakers.payments]\nfailure_rate_threshold = 50\n[breakers.search\n")
+        .unwrap_err();
+    let p = &err.problems()[0];
+    assert_eq!(p.line(), Some(3), "{err}");
+    assert!(p.column().is_some(), "{err}");
+    assert!(err.to_string().contains("line 3, column"), "{err}");
+    assert!(err.to_string().contains("not valid TOML"), "{err}");
+}
+
+/// Every refusal from a file names the file, line, table, part and key.
+#[test]
+fn refusals_from_a_file_name_the_file_line_table_part_and_key() {
+    let path = std::env::temp_dir().join(format!("resilient-{}-bad.toml", std::process::id()));
+    std::fs::write(
+        &path,
+        "[breakers.payments]\nsliding_window_size = 10\nfailure_rate_threshold = 150\n\n[bulkheads.payments]\nslots = 3\n",
+    )
+    .unwrap();
+    let err = Registry::builder()
+        .toml_file(&path)
+        .unwrap()
+        .build()
+        .unwrap_err();
+    std::fs::remove_file(&path).unwrap();
+    let shown = path.display().to_string();
+    let text = err.to_string();
+    let threshold = err
+        .problems()
+        .iter()
+        .find(|p| p.key() == "failure_rate_threshold")
+        .unwrap_or_else(|| panic!("{text}"));
+    assert_eq!(threshold.file(), Some(shown.as_str()));
+    assert_eq!(threshold.line(), Some(3));
+    assert_eq!(threshold.table(), Some("breakers.payments"));
+    assert!(
+        text.contains(&format!(
+            "{shown}:3:1: [breakers.payments] breaker `payments`: `failure_rate_threshold` = 150"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "{shown}:6:1: [bulkheads.payments] bulkhead `payments`: `slots` = 3"
+        )),
+        "{text}"
+    );
+}
+
+/// A `ConfigError` returned from `main` is printed with `Debug`: it printed
+/// a struct dump instead of the readable lines of its `Display`.
+#[test]
+fn config_error_debug_prints_the_same_lines_as_display() {
+    let err = Registry::builder()
+        .breaker(
+            "payments",
+            BreakerConfig::default().failure_rate_threshold(0.0),
+        )
+        .build()
+        .unwrap_err();
+    assert_eq!(format!("{err:?}"), err.to_string());
+    assert!(
+        format!("{err:?}").starts_with("invalid resilience configuration\n  breaker `payments`")
+    );
+    assert!(!format!("{err:?}").contains("problems:"));
+}
+
+/// A scoped registry, as tests use, can be checked against every name the
+/// binary's annotated functions use.
+#[test]
+fn a_scoped_registry_can_be_checked_against_the_names_in_use() {
+    let err = Registry::builder()
+        .strict(true)
+        .build()
+        .unwrap()
+        .check_names()
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("breaker `payments`"), "{text}");
+    assert!(text.contains("registry::pay"), "{text}");
+    assert!(text.contains("breaker `not-configured`"), "{text}");
+    assert!(text.contains("registry::unknown"), "{text}");
+}

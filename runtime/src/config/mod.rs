@@ -4,12 +4,17 @@
 //!
 //! `setting.rs` (feature `serde`) owns the one reader of configuration maps
 //! and TOML tables that every part's `Deserialize` and `from_toml` go
-//! through, so that their refusals are worded alike.
+//! through, so that their refusals are worded alike. `name.rs` owns the rule
+//! for the names of parts, shared with the attribute.
 
 use std::fmt;
+use std::sync::Arc;
 
+mod name;
 #[cfg(feature = "serde")]
 pub(crate) mod setting;
+
+pub(crate) use name::check_name;
 
 /// `` `a`, `b`, `c` ``: for messages listing what is accepted.
 pub(crate) fn list<S: AsRef<str>>(items: impl IntoIterator<Item = S>) -> String {
@@ -21,6 +26,10 @@ pub(crate) fn list<S: AsRef<str>>(items: impl IntoIterator<Item = S>) -> String 
 }
 
 /// One refused setting.
+///
+/// Its `Display` is one line an operator can act on: where it is (file,
+/// line and column, and the TOML table, when it came from a file), which
+/// part, which key, the value as written, and why it was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
     section: &'static str,
@@ -28,6 +37,35 @@ pub struct Problem {
     key: String,
     value: String,
     reason: String,
+    location: Option<Location>,
+}
+
+/// Where in a configuration file a problem is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Location {
+    /// The file, when the text was read from one.
+    pub(crate) file: Option<Arc<str>>,
+    /// 1-based.
+    pub(crate) line: usize,
+    /// 1-based, in characters.
+    pub(crate) column: usize,
+    /// The TOML table the problem is in, e.g. `breakers.payments`.
+    pub(crate) table: Option<String>,
+}
+
+impl Location {
+    /// The line and column of byte `offset` of `text`.
+    #[cfg(feature = "toml")]
+    pub(crate) fn at(text: &str, offset: usize, file: Option<&Arc<str>>) -> Self {
+        let before = text.get(..offset).unwrap_or(text);
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        Location {
+            file: file.cloned(),
+            line: before.matches('\n').count() + 1,
+            column: before[line_start..].chars().count() + 1,
+            table: None,
+        }
+    }
 }
 
 impl Problem {
@@ -46,7 +84,21 @@ impl Problem {
             key: key.into(),
             value: value.to_string(),
             reason: reason.into(),
+            location: None,
         }
+    }
+
+    /// A problem with a part as a whole (not one of its keys), such as a
+    /// name that is used but not configured.
+    pub(crate) fn part(section: &'static str, name: &str, reason: impl Into<String>) -> Self {
+        Self::new(section, Some(name), "", "", reason)
+    }
+
+    /// The same problem, placed in a file.
+    #[cfg_attr(not(feature = "toml"), allow(dead_code))]
+    pub(crate) fn at(mut self, location: Location) -> Self {
+        self.location = Some(location);
+        self
     }
 
     /// The kind of part: `"breaker"`, `"budget"`, `"bulkhead"`, `"throttle"` or `"registry"`.
@@ -57,11 +109,12 @@ impl Problem {
     pub fn name(&self) -> Option<&str> {
         self.name.as_deref()
     }
-    /// The refused key, e.g. `failure_rate_threshold`.
+    /// The refused key, e.g. `failure_rate_threshold`; empty when the
+    /// problem is with the part as a whole (a name used but not configured).
     pub fn key(&self) -> &str {
         &self.key
     }
-    /// The refused value, as written.
+    /// The refused value, as written; empty when there is none.
     pub fn value(&self) -> &str {
         &self.value
     }
@@ -69,22 +122,70 @@ impl Problem {
     pub fn reason(&self) -> &str {
         &self.reason
     }
+    /// The file the setting was read from, when it was read from one
+    /// (`RegistryBuilder::toml_file`, feature `toml`).
+    pub fn file(&self) -> Option<&str> {
+        self.location.as_ref()?.file.as_deref()
+    }
+    /// The line (1-based) of the setting in the TOML text, when it came
+    /// from one.
+    pub fn line(&self) -> Option<usize> {
+        self.location.as_ref().map(|l| l.line)
+    }
+    /// The column (1-based, in characters) of the setting in the TOML text.
+    pub fn column(&self) -> Option<usize> {
+        self.location.as_ref().map(|l| l.column)
+    }
+    /// The TOML table the setting is in, e.g. `breakers.payments`, when it
+    /// came from a file and was inside one.
+    pub fn table(&self) -> Option<&str> {
+        self.location.as_ref()?.table.as_deref()
+    }
 }
 
+/// `resilience.toml:12:1: [breakers.payments] breaker `payments`:
+/// `failure_rate_threshold` = 150: must be in (0, 100]`, with what is not
+/// known left out.
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(location) = &self.location {
+            match &location.file {
+                Some(file) => write!(f, "{file}:{}:{}: ", location.line, location.column)?,
+                None => write!(f, "line {}, column {}: ", location.line, location.column)?,
+            }
+            if let Some(table) = &location.table {
+                write!(f, "[{table}] ")?;
+            }
+        }
+        let in_table = self.location.as_ref().is_some_and(|l| l.table.is_some());
         match &self.name {
             Some(name) => write!(f, "{} `{}`: ", self.section, name)?,
+            // `[registry] `unknown_names` = …`: the table says it all.
+            None if in_table => {}
             None => write!(f, "{}: ", self.section)?,
         }
-        write!(f, "`{}` = {}: {}", self.key, self.value, self.reason)
+        if !self.key.is_empty() {
+            write!(f, "`{}` = {}: ", self.key, self.value)?;
+        }
+        f.write_str(&self.reason)
     }
 }
 
 /// A configuration was refused. Lists every problem found, not just the first.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// `Debug` prints the same lines as `Display`, so that a `ConfigError`
+/// returned from `main` (which Rust prints with `Debug`) reads as a list of
+/// problems, not as a struct dump. The problems themselves are in
+/// [`problems`](ConfigError::problems).
+#[derive(Clone, PartialEq, Eq)]
 pub struct ConfigError {
     problems: Vec<Problem>,
+}
+
+impl fmt::Debug for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
 }
 
 impl ConfigError {
@@ -96,7 +197,6 @@ impl ConfigError {
         }
     }
 
-    #[cfg(feature = "toml")]
     pub(crate) fn one(problem: Problem) -> Self {
         Self {
             problems: vec![problem],

@@ -34,7 +34,7 @@ pub(crate) enum RawValue {
 
 impl RawValue {
     /// What the value is, as in "expected a number, found a string".
-    fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             RawValue::Int(_) => "an integer",
             RawValue::Float(_) => "a float",
@@ -131,6 +131,43 @@ impl From<&toml::Value> for RawValue {
             toml::Value::Datetime(_) => RawValue::Other {
                 kind: "a date-time",
                 shown: value.to_string(),
+            },
+        }
+    }
+}
+
+#[cfg(feature = "toml")]
+impl From<&toml::de::DeValue<'_>> for RawValue {
+    fn from(value: &toml::de::DeValue<'_>) -> Self {
+        use toml::de::DeValue;
+        match value {
+            DeValue::String(v) => RawValue::Str(v.to_string()),
+            DeValue::Integer(v) => i64::from_str_radix(v.as_str(), v.radix()).map_or_else(
+                |_| RawValue::Other {
+                    kind: TOO_LARGE,
+                    shown: v.to_string(),
+                },
+                RawValue::Int,
+            ),
+            DeValue::Float(v) => v.as_str().parse().map_or_else(
+                |_| RawValue::Other {
+                    kind: "a float",
+                    shown: v.to_string(),
+                },
+                RawValue::Float,
+            ),
+            DeValue::Boolean(v) => RawValue::Bool(*v),
+            DeValue::Datetime(v) => RawValue::Other {
+                kind: "a date-time",
+                shown: v.to_string(),
+            },
+            DeValue::Array(_) => RawValue::Other {
+                kind: "an array",
+                shown: "[...]".to_owned(),
+            },
+            DeValue::Table(_) => RawValue::Other {
+                kind: "a table",
+                shown: "{...}".to_owned(),
             },
         }
     }
@@ -287,6 +324,45 @@ pub(crate) fn deserialize<'de, D: Deserializer<'de>, T: Settings>(
         }
     }
     deserializer.deserialize_map(MapVisitor(std::marker::PhantomData))
+}
+
+/// Reads the keys of one part's table in a configuration file and
+/// validates them, reporting every problem at once, each placed at its key
+/// (range problems, found once every key is read, at the key they name, or
+/// at the table when they name none).
+#[cfg(feature = "toml")]
+pub(crate) fn from_located_entries<T: Settings>(
+    name: &str,
+    entries: &[(String, RawValue, super::Location)],
+    table: &super::Location,
+) -> Result<T, Vec<Problem>> {
+    let mut config = T::default();
+    let mut problems = Vec::new();
+    for (key, value, location) in entries {
+        let result = if T::KEYS.contains(&key.as_str()) {
+            config.set(key, value)
+        } else {
+            Err(unknown_key::<T>())
+        };
+        if let Err(reason) = result {
+            problems.push(
+                Problem::new(T::SECTION, Some(name), key.as_str(), value, reason)
+                    .at(location.clone()),
+            );
+        }
+    }
+    for problem in config.problems(Some(name)) {
+        let location = entries
+            .iter()
+            .find(|(key, _, _)| key == problem.key())
+            .map_or(table, |(_, _, location)| location);
+        problems.push(problem.at(location.clone()));
+    }
+    if problems.is_empty() {
+        Ok(config)
+    } else {
+        Err(problems)
+    }
 }
 
 /// Parses `text` as a TOML table of keys and validates it, reporting every
