@@ -1,0 +1,827 @@
+//! `resilient` next to its peers, in one run, on the same operation.
+//!
+//! Every case wraps the same `async fn` that returns `Ok` on its first poll,
+//! polled by hand with a no-op waker inside a current-thread tokio runtime's
+//! context: what is measured is the wrapper, not a scheduler. Each case is
+//! measured as the median, over many samples, of the calling thread's CPU
+//! time per call (`CLOCK_THREAD_CPUTIME_ID`, so time the thread spends
+//! descheduled does not count), with allocations per call from a counting
+//! global allocator. The cases that share state between threads (a breaker,
+//! an atomic) are measured again on two threads at once.
+//!
+//! ```text
+//! cargo bench -p resilient-benches --bench peers            # full run, 1-3 min
+//! PEERS_QUICK=1 cargo bench -p resilient-benches --bench peers   # smoke run
+//! PEERS_MD=target/peers.md cargo bench ...                   # Markdown copy
+//! PEERS_LIST=1 <bench binary>                                # case ids
+//! PEERS_CASE=<id> PEERS_ITERS=<n> <bench binary>             # one case n times
+//! PEERS_INSTRUCTIONS=<file> <bench binary>                   # render counts
+//! ```
+//!
+//! The last three are for `benches/callgrind.sh`, which counts instructions
+//! per call under valgrind: deterministic, where CPU time on a shared
+//! machine is not.
+//!
+//! A relative `PEERS_MD` (or a path given as the first argument that is not
+//! a flag) is taken from the workspace root, since cargo runs benches from
+//! the package's directory.
+
+use std::alloc::System;
+use std::any::Any;
+use std::collections::HashMap;
+use std::error::Error as StdError;
+use std::fmt;
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Barrier, LazyLock, OnceLock};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use resilient::{BreakerConfig, BudgetConfig, BulkheadConfig, Registry, resilient};
+use resilient_benches::{
+    Settings, Table, Timing, concurrent_samples, fmt_num, fmt_ratio, locked_versions, machine,
+    measure, median, parallelism, poll_to_end, run_iters,
+};
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+use tower::{Service, ServiceBuilder};
+
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+// ---------------------------------------------------------------------------
+// The operation every case wraps.
+
+/// The error of the benchmarked operation: never produced, but it must be
+/// all each wrapper asks of an error (tower's `Timeout` boxes it, so it is
+/// a `std::error::Error`; `resilient` classifies it).
+#[derive(Debug, Clone)]
+struct E;
+
+impl fmt::Display for E {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the benchmarked call never fails")
+    }
+}
+
+impl StdError for E {}
+
+impl From<resilient::Error> for E {
+    fn from(_: resilient::Error) -> Self {
+        E
+    }
+}
+
+impl resilient::Classify for E {
+    fn classify(&self) -> resilient::Classification {
+        resilient::Classification::Transient
+    }
+}
+
+async fn bare(x: u64) -> Result<u64, E> {
+    Ok(black_box(x) + 1)
+}
+
+#[resilient(deadline_ms = 1000)]
+async fn r_deadline(x: u64) -> Result<u64, E> {
+    Ok(black_box(x) + 1)
+}
+
+#[resilient(retries = 3, idempotent)]
+async fn r_retries(x: u64) -> Result<u64, E> {
+    Ok(black_box(x) + 1)
+}
+
+#[resilient(breaker = "bench")]
+async fn r_breaker(x: u64) -> Result<u64, E> {
+    Ok(black_box(x) + 1)
+}
+
+#[resilient(
+    retries = 3,
+    idempotent,
+    breaker = "bench",
+    deadline_ms = 1000,
+    timeout_ms = 500,
+    bulkhead = "bench"
+)]
+async fn r_full(x: u64) -> Result<u64, E> {
+    Ok(black_box(x) + 1)
+}
+
+/// The value of a call that must succeed.
+fn ok<T, Er>(r: Result<T, Er>) -> T {
+    match r {
+        Ok(v) => v,
+        Err(_) => panic!("a benchmarked call failed: the wrapper refused it"),
+    }
+}
+
+/// One call through a tower service, readiness polled by hand (what
+/// `svc.ready().await?.call(x)` does, minus the extra future).
+#[inline]
+fn call_service<S: Service<u64, Response = u64>>(svc: &mut S, x: u64) -> u64 {
+    let mut cx = Context::from_waker(Waker::noop());
+    loop {
+        match svc.poll_ready(&mut cx) {
+            Poll::Ready(r) => break ok(r),
+            Poll::Pending => std::hint::spin_loop(),
+        }
+    }
+    ok(poll_to_end(svc.call(x)))
+}
+
+/// tower's `Retry` needs a policy; this one retries any error up to three
+/// times at once, as `retries = 3` would without its backoff. On the success
+/// path only `retry`'s `Ok` arm and the request clone run.
+#[derive(Debug, Clone, Copy)]
+struct Attempts(u8);
+
+impl<Er> tower::retry::Policy<u64, u64, Er> for Attempts {
+    type Future = std::future::Ready<()>;
+
+    fn retry(&mut self, _: &mut u64, result: &mut Result<u64, Er>) -> Option<Self::Future> {
+        match result {
+            Ok(_) => None,
+            Err(_) if self.0 == 0 => None,
+            Err(_) => {
+                self.0 -= 1;
+                Some(std::future::ready(()))
+            }
+        }
+    }
+
+    fn clone_request(&mut self, req: &u64) -> Option<u64> {
+        Some(*req)
+    }
+}
+
+/// A value shared by every thread that runs a case, created by the first.
+/// Type-erased so the unnameable types (services around an `async fn`) can
+/// live in a static.
+fn shared<T: Clone + Send + Sync + 'static>(
+    slot: &'static OnceLock<Box<dyn Any + Send + Sync>>,
+    make: impl FnOnce() -> T,
+) -> T {
+    slot.get_or_init(|| Box::new(make()))
+        .downcast_ref::<T>()
+        .expect("one type per slot")
+        .clone()
+}
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+static RECLOSER: LazyLock<recloser::AsyncRecloser> =
+    LazyLock::new(|| recloser::AsyncRecloser::from(recloser::Recloser::default()));
+static FAILSAFE: OnceLock<Box<dyn Any + Send + Sync>> = OnceLock::new();
+static TR_BREAKER: OnceLock<Box<dyn Any + Send + Sync>> = OnceLock::new();
+
+// ---------------------------------------------------------------------------
+// The cases.
+
+/// What a case is run for: timed samples, or a fixed number of calls.
+enum Mode<'a> {
+    Time {
+        warm_up: Duration,
+        sample: Duration,
+        samples: usize,
+        sync: &'a (dyn Fn(u8) + Sync),
+    },
+    Iters(u64),
+}
+
+impl Mode<'_> {
+    fn drive<F: FnMut(u64) -> u64>(self, call: F) -> Timing {
+        match self {
+            Mode::Time {
+                warm_up,
+                sample,
+                samples,
+                sync,
+            } => measure(warm_up, sample, samples, GLOBAL, sync, call),
+            Mode::Iters(n) => {
+                black_box(run_iters(n, call));
+                Timing::default()
+            }
+        }
+    }
+}
+
+struct Case {
+    id: &'static str,
+    label: &'static str,
+    /// Measured again on two threads sharing the case's state.
+    two_threads: bool,
+    run: fn(Mode<'_>) -> Timing,
+}
+
+const CASES: &[Case] = &[
+    Case {
+        id: "bare",
+        label: "floor: bare `async fn` call",
+        two_threads: true,
+        run: |m| m.drive(|x| ok(poll_to_end(bare(x)))),
+    },
+    Case {
+        id: "instant_now",
+        label: "floor: `tokio::time::Instant::now()`",
+        two_threads: false,
+        run: |m| {
+            m.drive(|x| {
+                black_box(tokio::time::Instant::now());
+                x
+            })
+        },
+    },
+    Case {
+        id: "atomic_rmw",
+        label: "floor: atomic `fetch_add` (shared counter)",
+        two_threads: true,
+        run: |m| m.drive(|x| COUNTER.fetch_add(x, Ordering::Relaxed)),
+    },
+    Case {
+        id: "resilient_deadline",
+        label: "resilient `deadline_ms = 1000`",
+        two_threads: false,
+        run: |m| m.drive(|x| ok(poll_to_end(r_deadline(x)))),
+    },
+    Case {
+        id: "resilient_retries",
+        label: "resilient `retries = 3, idempotent`",
+        two_threads: false,
+        run: |m| m.drive(|x| ok(poll_to_end(r_retries(x)))),
+    },
+    Case {
+        id: "resilient_breaker",
+        label: "resilient `breaker` (closed)",
+        two_threads: true,
+        run: |m| m.drive(|x| ok(poll_to_end(r_breaker(x)))),
+    },
+    Case {
+        id: "resilient_full",
+        label: "resilient retries+breaker+budget+deadline+timeout+bulkhead",
+        two_threads: true,
+        run: |m| m.drive(|x| ok(poll_to_end(r_full(x)))),
+    },
+    Case {
+        id: "tower_retry",
+        label: "tower `Retry`",
+        two_threads: false,
+        run: |m| {
+            let mut svc = tower::retry::Retry::new(Attempts(3), tower::service_fn(bare));
+            m.drive(|x| call_service(&mut svc, x))
+        },
+    },
+    Case {
+        id: "tower_timeout",
+        label: "tower `Timeout`",
+        two_threads: false,
+        run: |m| {
+            let mut svc =
+                tower::timeout::Timeout::new(tower::service_fn(bare), Duration::from_millis(1000));
+            m.drive(|x| call_service(&mut svc, x))
+        },
+    },
+    Case {
+        id: "tower_limit",
+        label: "tower `ConcurrencyLimit`",
+        two_threads: false,
+        run: |m| {
+            let mut svc = tower::limit::ConcurrencyLimit::new(tower::service_fn(bare), 64);
+            m.drive(|x| call_service(&mut svc, x))
+        },
+    },
+    Case {
+        id: "tower_stack",
+        label: "tower retry+timeout+concurrency-limit",
+        two_threads: false,
+        run: |m| {
+            let mut svc = ServiceBuilder::new()
+                .retry(Attempts(3))
+                .timeout(Duration::from_millis(500))
+                .concurrency_limit(64)
+                .service_fn(bare);
+            m.drive(|x| call_service(&mut svc, x))
+        },
+    },
+    Case {
+        id: "backon_retry",
+        label: "backon retry (`ExponentialBuilder`, tokio sleep)",
+        two_threads: false,
+        run: |m| {
+            use backon::Retryable;
+            m.drive(|x| {
+                ok(poll_to_end(
+                    (|| bare(x))
+                        .retry(backon::ExponentialBuilder::default())
+                        .sleep(tokio::time::sleep),
+                ))
+            })
+        },
+    },
+    Case {
+        id: "failsafe_breaker",
+        label: "failsafe breaker (futures)",
+        two_threads: true,
+        run: |m| {
+            use failsafe::futures::CircuitBreaker;
+            let cb = shared(&FAILSAFE, || failsafe::Config::new().build());
+            m.drive(|x| ok(poll_to_end(cb.call(bare(x)))))
+        },
+    },
+    Case {
+        id: "recloser_breaker",
+        label: "recloser `AsyncRecloser`",
+        two_threads: true,
+        run: |m| {
+            let cb = RECLOSER.clone();
+            m.drive(|x| ok(poll_to_end(cb.call(bare(x)))))
+        },
+    },
+    Case {
+        id: "tr_breaker",
+        label: "tower-resilience breaker",
+        two_threads: true,
+        run: |m| {
+            let mut svc = shared(&TR_BREAKER, || {
+                ServiceBuilder::new()
+                    .layer(
+                        tower_resilience::circuitbreaker::CircuitBreakerLayer::builder()
+                            .build()
+                            .expect("valid breaker"),
+                    )
+                    .service_fn(bare)
+            });
+            m.drive(|x| call_service(&mut svc, x))
+        },
+    },
+    Case {
+        id: "tr_stack",
+        label: "tower-resilience bulkhead+breaker+retry+time-limiter",
+        two_threads: false,
+        run: |m| {
+            use tower_resilience::timelimiter::TimeLimiterError;
+            let mut svc = ServiceBuilder::new()
+                .layer(
+                    tower_resilience::bulkhead::BulkheadLayer::builder()
+                        .max_concurrent_calls(64)
+                        .build()
+                        .expect("valid bulkhead"),
+                )
+                .layer(
+                    tower_resilience::circuitbreaker::CircuitBreakerLayer::builder()
+                        .build()
+                        .expect("valid breaker"),
+                )
+                .layer(
+                    tower_resilience::retry::RetryLayer::<u64, u64, TimeLimiterError<E>>::builder()
+                        .max_attempts(4)
+                        .exponential_backoff(Duration::from_millis(100))
+                        .build(),
+                )
+                .layer(
+                    tower_resilience::timelimiter::TimeLimiterLayer::builder()
+                        .timeout_duration(Duration::from_millis(500))
+                        .build(),
+                )
+                .service_fn(bare);
+            m.drive(|x| call_service(&mut svc, x))
+        },
+    },
+];
+
+/// The comparisons the performance issue sets targets on:
+/// (what, resilient case, peer case, target ratio if any).
+const RATIOS: &[(&str, &str, &str, Option<f64>)] = &[
+    (
+        "full stack vs tower retry+timeout+concurrency-limit",
+        "resilient_full",
+        "tower_stack",
+        Some(0.6),
+    ),
+    (
+        "`retries` vs backon",
+        "resilient_retries",
+        "backon_retry",
+        Some(1.0),
+    ),
+    (
+        "`retries` vs tower `Retry`",
+        "resilient_retries",
+        "tower_retry",
+        None,
+    ),
+    (
+        "`deadline_ms` vs tower `Timeout`",
+        "resilient_deadline",
+        "tower_timeout",
+        Some(1.0),
+    ),
+    (
+        "`breaker` vs recloser",
+        "resilient_breaker",
+        "recloser_breaker",
+        Some(0.5),
+    ),
+    (
+        "`breaker` vs failsafe",
+        "resilient_breaker",
+        "failsafe_breaker",
+        None,
+    ),
+    (
+        "`breaker` vs tower-resilience breaker",
+        "resilient_breaker",
+        "tr_breaker",
+        None,
+    ),
+    (
+        "full stack vs tower-resilience stack",
+        "resilient_full",
+        "tr_stack",
+        None,
+    ),
+];
+
+/// The two-thread comparison with a target: each thread's time per call
+/// through one shared breaker over the one-thread time.
+const TWO_THREAD_TARGET: (&str, f64) = ("resilient_breaker", 1.5);
+
+fn case(id: &str) -> Option<&'static Case> {
+    CASES.iter().find(|c| c.id == id)
+}
+
+// ---------------------------------------------------------------------------
+// Running.
+
+fn install_registry() -> Result<(), Box<dyn StdError>> {
+    // As production runs: the global registry installed once at start-up,
+    // with the parts the cases name configured explicitly (their defaults).
+    Registry::builder()
+        .breaker("bench", BreakerConfig::default())
+        .budget("bench", BudgetConfig::default())
+        .bulkhead("bench", BulkheadConfig::default())
+        .build()?
+        .install()?;
+    Ok(())
+}
+
+/// The resilient cases really went through the configured breaker "bench",
+/// and it stayed closed: otherwise the figures would be of another path.
+fn check_breaker() -> Result<(), Box<dyn StdError>> {
+    let snap = Registry::global()
+        .breaker("bench")
+        .ok_or("the breaker `bench` is not in the global registry")?
+        .snapshot();
+    if snap.state != resilient::State::Closed
+        || snap.buffered_calls == 0
+        || snap.failed_calls != 0
+        || snap.not_permitted_calls != 0
+    {
+        return Err(format!(
+            "the breaker `bench` was not a closed breaker seeing successes: {snap:?}"
+        )
+        .into());
+    }
+    Ok(())
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a current-thread runtime")
+}
+
+fn one_thread(c: &Case, settings: &Settings) -> Timing {
+    let rt = runtime();
+    let _guard = rt.enter();
+    (c.run)(Mode::Time {
+        warm_up: settings.warm_up,
+        sample: settings.sample,
+        samples: settings.samples,
+        sync: &|_| {},
+    })
+}
+
+/// Two threads run the case at once, each with its own runtime, sharing the
+/// case's state. Returns each thread's timing and the allocations per call
+/// over both threads, counted while both call.
+fn two_threads(c: &Case, settings: &Settings) -> ([Timing; 2], f64) {
+    let barrier = Barrier::new(3);
+    // measure() calls sync(0) before its allocation count, sync(1) after it,
+    // sync(2) before its samples. Two waits at 0 let this thread start the
+    // count between them, once both threads have warmed up.
+    let sync = |phase: u8| {
+        barrier.wait();
+        if phase == 0 {
+            barrier.wait();
+        }
+    };
+    std::thread::scope(|s| {
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                s.spawn(|| {
+                    let rt = runtime();
+                    let _guard = rt.enter();
+                    (c.run)(Mode::Time {
+                        warm_up: settings.warm_up,
+                        sample: settings.two_thread_sample,
+                        samples: settings.two_thread_samples,
+                        sync: &sync,
+                    })
+                })
+            })
+            .collect();
+        barrier.wait();
+        let region = Region::new(GLOBAL);
+        barrier.wait();
+        barrier.wait();
+        let allocations = region.change().allocations;
+        barrier.wait();
+        let t: Vec<Timing> = threads
+            .into_iter()
+            .map(|t| t.join().expect("a bench thread panicked"))
+            .collect();
+        let calls = (t[0].iters_per_sample + t[1].iters_per_sample) as f64;
+        let [a, b]: [Timing; 2] = t.try_into().expect("two threads");
+        ([a, b], allocations as f64 / calls)
+    })
+}
+
+fn output_path() -> Option<PathBuf> {
+    let given = std::env::var_os("PEERS_MD")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::args()
+                .skip(1)
+                .find(|a| !a.starts_with('-'))
+                .map(PathBuf::from)
+        })?;
+    Some(if given.is_relative() {
+        PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join(given)
+    } else {
+        given
+    })
+}
+
+fn header(what: &str) -> String {
+    let versions = locked_versions(
+        include_str!("../../Cargo.lock"),
+        &[
+            "tokio",
+            "tower",
+            "backon",
+            "failsafe",
+            "recloser",
+            "tower-resilience",
+        ],
+    );
+    format!("{what}\n\nMachine: {}. Peers: {versions}.\n", machine())
+}
+
+fn ratio_table(value: &dyn Fn(&str) -> Option<f64>, unit: &str) -> Table {
+    let mut t = Table::new(&[
+        "comparison",
+        &format!(">resilient {unit}"),
+        &format!(">peer {unit}"),
+        ">ratio",
+        ">target",
+    ]);
+    for (what, ours, peer, target) in RATIOS {
+        let (a, b) = (value(ours), value(peer));
+        let ratio = match (a, b) {
+            (Some(a), Some(b)) => a / b,
+            _ => f64::NAN,
+        };
+        t.row(vec![
+            what.to_string(),
+            a.map_or("-".into(), fmt_num),
+            b.map_or("-".into(), fmt_num),
+            fmt_ratio(ratio),
+            target.map_or(String::new(), |t: f64| {
+                let met = if ratio.is_nan() {
+                    "not measured"
+                } else if ratio <= t {
+                    "met"
+                } else {
+                    "not met"
+                };
+                format!("≤ {t}x ({met})")
+            }),
+        ]);
+    }
+    t
+}
+
+fn write_out(text: &str) -> Result<(), Box<dyn StdError>> {
+    print!("{text}");
+    if let Some(path) = output_path() {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(&path, text)?;
+        println!("\n(written to {})", path.display());
+    }
+    Ok(())
+}
+
+/// `PEERS_INSTRUCTIONS=<file>`: the file has `id instructions-per-call`
+/// lines (from `benches/callgrind.sh`); render them as the tables.
+fn render_instructions(file: &str) -> Result<(), Box<dyn StdError>> {
+    let text = std::fs::read_to_string(file)?;
+    let counts: HashMap<String, f64> = text
+        .lines()
+        .filter_map(|l| {
+            let (id, n) = l.split_once(char::is_whitespace)?;
+            Some((id.to_owned(), n.trim().parse().ok()?))
+        })
+        .collect();
+    let mut t = Table::new(&["case", ">instructions/call"]);
+    for c in CASES {
+        if let Some(n) = counts.get(c.id) {
+            t.row(vec![c.label.to_owned(), fmt_num(*n)]);
+        }
+    }
+    let ratios = ratio_table(&|id| counts.get(id).copied(), "instr.");
+    let out = format!(
+        "{}\nInstructions per call, counted by callgrind (`benches/callgrind.sh`): \
+         the difference between two runs of a case, divided by the difference \
+         in calls. Deterministic, unlike CPU time on a shared machine; it does \
+         not see cache misses, contention or slow instructions (an atomic RMW, \
+         `rdtsc`), so it has no two-thread figure. Under valgrind a clock read \
+         is a system call, not the vDSO: its user-space part counts (see the \
+         `Instant::now()` row), the kernel's does not, so cases that read the \
+         clock more cost more than their count says.\n\n{}\n{}",
+        header("### Instructions per call"),
+        t.markdown(),
+        ratios.markdown()
+    );
+    write_out(&out)
+}
+
+fn main() -> Result<(), Box<dyn StdError>> {
+    if std::env::var_os("PEERS_LIST").is_some() {
+        for c in CASES {
+            println!("{}", c.id);
+        }
+        return Ok(());
+    }
+    if let Ok(file) = std::env::var("PEERS_INSTRUCTIONS") {
+        return render_instructions(&file);
+    }
+    install_registry()?;
+
+    if let Ok(id) = std::env::var("PEERS_CASE") {
+        let c = case(&id).ok_or_else(|| format!("no case `{id}`; `PEERS_LIST=1` lists them"))?;
+        let iters: u64 = std::env::var("PEERS_ITERS")
+            .map_err(|_| "PEERS_CASE needs PEERS_ITERS, the number of calls")?
+            .parse()
+            .map_err(|e| format!("PEERS_ITERS: {e}"))?;
+        let rt = runtime();
+        let _guard = rt.enter();
+        (c.run)(Mode::Iters(iters));
+        if c.id.starts_with("resilient_breaker") || c.id.starts_with("resilient_full") {
+            check_breaker()?;
+        }
+        return Ok(());
+    }
+
+    let settings = Settings::from_env();
+    let quick = settings.quick;
+    eprintln!(
+        "peers: {} cases, {} samples of ~{:?} each after {:?} of warm-up{}",
+        CASES.len(),
+        settings.samples,
+        settings.sample,
+        settings.warm_up,
+        if quick { " (PEERS_QUICK)" } else { "" }
+    );
+
+    let mut one: HashMap<&str, Timing> = HashMap::new();
+    let mut t1 = Table::new(&[
+        "case",
+        ">ns/call (median)",
+        ">ns/call (min)",
+        ">allocs/call",
+    ]);
+    for c in CASES {
+        eprintln!("  {}", c.id);
+        let t = one_thread(c, &settings);
+        t1.row(vec![
+            c.label.to_owned(),
+            fmt_num(t.median_ns),
+            fmt_num(t.min_ns),
+            fmt_num(t.allocs_per_call),
+        ]);
+        one.insert(c.id, t);
+    }
+
+    check_breaker()?;
+
+    // Two threads: each thread's median over the samples it took while the
+    // other ran too (see `concurrent_samples`); too few such samples and
+    // the figure is not given rather than given from turns taken.
+    const MIN_CONCURRENT: usize = 5;
+    let mut two: HashMap<&str, [f64; 2]> = HashMap::new();
+    let mut t2 = Table::new(&[
+        "case, two threads sharing its state",
+        ">one thread ns",
+        ">thread 1 ns",
+        ">thread 2 ns",
+        ">ratio (mean)",
+        ">samples both on CPU",
+        ">threads at once",
+        ">allocs/call",
+    ]);
+    for c in CASES.iter().filter(|c| c.two_threads) {
+        // Whether the threads get to run at once depends on what else the
+        // machine runs; a run where they hardly did is tried again, twice.
+        let mut attempt = 0;
+        let (t, allocs, both) = loop {
+            attempt += 1;
+            eprintln!("  {} (two threads, run {attempt})", c.id);
+            let (t, allocs) = two_threads(c, &settings);
+            let both = [
+                concurrent_samples(&t[0], &t[1]),
+                concurrent_samples(&t[1], &t[0]),
+            ];
+            if attempt == 3 || both.iter().all(|xs| xs.len() >= MIN_CONCURRENT) {
+                break (t, allocs, both);
+            }
+        };
+        let base = one[c.id].median_ns;
+        let counts = [both[0].len(), both[1].len()];
+        let [m0, m1] = both.map(|xs| {
+            if xs.len() >= MIN_CONCURRENT {
+                median(xs)
+            } else {
+                f64::NAN
+            }
+        });
+        if !m0.is_nan() && !m1.is_nan() {
+            two.insert(c.id, [m0, m1]);
+        }
+        t2.row(vec![
+            c.label.to_owned(),
+            fmt_num(base),
+            fmt_num(m0),
+            fmt_num(m1),
+            fmt_ratio((m0 + m1) / 2.0 / base),
+            format!("{} / {}", counts[0], counts[1]),
+            format!("{:.2}", parallelism(&t)),
+            fmt_num(allocs),
+        ]);
+    }
+
+    let mut rt = ratio_table(&|id| one.get(id).map(|t| t.median_ns), "ns");
+    let (id, target) = TWO_THREAD_TARGET;
+    let base = one[id].median_ns;
+    let worst = two.get(id).map_or(f64::NAN, |t| t[0].max(t[1]));
+    let ratio = worst / base;
+    let met = if ratio.is_nan() {
+        "not measured: the threads never ran at once"
+    } else if ratio <= target {
+        "met"
+    } else {
+        "not met"
+    };
+    rt.row(vec![
+        "`breaker`, two threads sharing it vs one thread (slower thread)".to_owned(),
+        fmt_num(worst),
+        fmt_num(base),
+        fmt_ratio(ratio),
+        format!("≤ {target}x ({met})"),
+    ]);
+
+    check_breaker()?;
+
+    let out = format!(
+        "{}\nTime per call: median over {} samples of the calling thread's CPU time \
+         (`CLOCK_THREAD_CPUTIME_ID`), each sample long enough that the clock's \
+         cost does not matter, after a warm-up; release build, current-thread \
+         tokio runtime, futures polled by hand. {}This machine's cores are \
+         shared with other builds, so CPU-time figures move between runs (the \
+         two-thread ones most); the instruction counts of `benches/callgrind.sh` \
+         do not. Two threads: each thread's figure is the median of the \
+         samples it took while the other thread was on a CPU too (\"samples \
+         both on CPU\", out of {} of about {:?} per thread; \"-\" when fewer than {}); \
+         \"threads at once\" is both threads' CPU time over the wall-clock \
+         time they sampled in (2 on a quiet 2-core machine; lower here, where \
+         other processes take turns on the cores). A ratio is the resilient \
+         figure over the peer's.\n\n{}\n{}\n{}",
+        header("### Success path, time per call"),
+        settings.samples,
+        if quick {
+            "Quick mode (`PEERS_QUICK=1`): few samples, for a smoke run only. "
+        } else {
+            ""
+        },
+        settings.two_thread_samples,
+        settings.two_thread_sample,
+        MIN_CONCURRENT,
+        t1.markdown(),
+        t2.markdown(),
+        rt.markdown()
+    );
+    write_out(&out)
+}
