@@ -145,7 +145,6 @@ async fn the_breaker_keeps_calls_off_a_failing_dependency() {
 /// in the second a run starts, and the example prints differently from one
 /// process to the next.
 #[tokio::test(start_paused = true)]
-#[ignore = "needs a library fix on main: time windows aligned to a real-clock origin (4f5ab7b)"]
 async fn the_experiment_prints_the_same_every_run() {
     let a = storm::run(Shape::Refuse, Config::Budget).await;
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
