@@ -4,7 +4,7 @@
 //!
 //! The `.stderr` files are blessed on the toolchain pinned in
 //! `rust-toolchain.toml`. After changing a message, re-bless with
-//! `TRYBUILD=overwrite cargo test -p resilient-tests --test ui` and read the diff.
+//! `TRYBUILD=overwrite cargo test -p resilient-ui-tests --test ui` and read the diff.
 
 #[test]
 fn ui() {
