@@ -19,6 +19,8 @@ use crate::future::{Bounded, IntoResult};
 use crate::outcome::Outcome;
 use crate::registry::Registry;
 use crate::report::{self, AttemptOutcome};
+use crate::shutdown::{self, InFlight};
+use crate::telemetry::{self, AttemptEnd, Began, CallOutcome, Cause, DelaySource, Describe};
 use crate::{Classification, Error};
 
 /// The longest `Retry-After` a call without a deadline waits for. A server
@@ -41,6 +43,9 @@ pub struct Policy {
     fallback: bool,
     /// The parts from the global registry, found on the first call.
     global: OnceLock<Result<Deps, Error>>,
+    /// The function's metric handles, registered on its first call.
+    #[cfg(feature = "metrics")]
+    metrics: OnceLock<crate::metrics::FunctionMetrics>,
 }
 
 impl Policy {
@@ -55,6 +60,8 @@ impl Policy {
             names: Names::NONE,
             fallback: false,
             global: OnceLock::new(),
+            #[cfg(feature = "metrics")]
+            metrics: OnceLock::new(),
         }
     }
 
@@ -87,6 +94,25 @@ impl Policy {
     /// The function's path, for telemetry.
     pub const fn function(&self) -> &'static str {
         self.function
+    }
+
+    /// Does a fallback answer the call's final error?
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) const fn has_fallback(&self) -> bool {
+        self.fallback
+    }
+
+    /// The names of the breaker, budget and bulkhead, for telemetry.
+    #[cfg_attr(not(any(feature = "metrics", feature = "tracing")), allow(dead_code))]
+    pub(crate) const fn names(&self) -> Names {
+        self.names
+    }
+
+    /// The function's metric handles.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn metrics(&'static self) -> &'static crate::metrics::FunctionMetrics {
+        self.metrics
+            .get_or_init(|| crate::metrics::FunctionMetrics::new(self.function))
     }
 
     /// `retries = n`.
@@ -203,6 +229,11 @@ struct Call<C> {
     start: Option<Instant>,
     /// Where the call stands on its path of nested calls.
     path: PathStart,
+    /// When the call began, for its duration metric (nothing without the
+    /// `metrics` feature).
+    began: Began,
+    /// Counts the call in flight while a graceful shutdown may wait for it.
+    _in_flight: Option<InFlight>,
 }
 
 impl<C> Call<C> {
@@ -210,7 +241,14 @@ impl<C> Call<C> {
     /// a call whose deadline has already passed, so it does no work.
     fn begin<E>(policy: &'static Policy, classify: C, refuse: fn(Error) -> E) -> Result<Self, E> {
         let own_cap = policy.retries.saturating_add(1);
-        let path = match PathStart::current() {
+        let outer = PathStart::current();
+        // A call nested in an admitted one is part of the work in flight: a
+        // draining shutdown admits it.
+        let in_flight = match shutdown::admit(outer.is_some()) {
+            Ok(in_flight) => in_flight,
+            Err(error) => return Err(refused(policy, error, refuse, true, None)),
+        };
+        let path = match outer {
             Some(outer) => PathStart {
                 cap: outer.cap.max(own_cap),
                 ..outer
@@ -259,6 +297,7 @@ impl<C> Call<C> {
         if !policy.fallback {
             frame::report_budget(deps.budget());
         }
+        telemetry::entered(start, deadline);
         Ok(Call {
             policy,
             classify,
@@ -268,6 +307,8 @@ impl<C> Call<C> {
             clocked,
             start,
             path,
+            began: telemetry::began(start),
+            _in_flight: in_flight,
         })
     }
 
@@ -294,9 +335,11 @@ impl<C> Call<C> {
         let now = started.or_else(|| self.clocked.then(Instant::now));
         // The attempt's timeout runs from when its body starts, after any
         // wait for a bulkhead slot.
-        let (admission, body_start) = match self.deps.admit(now, self.deadline).await {
+        let admit = self.deps.admit(now, self.deadline);
+        let (admission, body_start) = match telemetry::waiting(self.policy, admit).await {
             Ok(admitted) => admitted,
             Err(refusal) => {
+                telemetry::attempt_refused(self.policy);
                 report::record(
                     self.policy.function,
                     number,
@@ -326,12 +369,14 @@ impl<C> Call<C> {
             attempt_deadline,
             None,
         );
+        let attempt_began = telemetry::began(body_start.or(now));
         let result = Bounded::new(attempt_deadline, frame, make()).await;
         // The end time feeds breakers (slow calls) and windows; without
         // them, save the clock read.
         let end = self.deps.needs_clock().then(Instant::now);
         let (result, frame_end) = match result {
             Ok((Ok(value), frame_end)) => {
+                telemetry::attempt_ended(self.policy, &attempt_began, end, AttemptEnd::Success);
                 admission.finish(Outcome::Success, end);
                 report::record(
                     self.policy.function,
@@ -345,6 +390,7 @@ impl<C> Call<C> {
             // which it inherited, a moment before this layer's own timer
             // fired: it is this layer's timeout (or deadline).
             Ok((Err(_), frame_end)) if frame_end.timer_refused => {
+                telemetry::attempt_ended(self.policy, &attempt_began, end, AttemptEnd::Timeout);
                 admission.finish(Outcome::Failure { retry_after: None }, end);
                 (Err(self.elapsed(number, attempt_deadline)), frame_end)
             }
@@ -352,6 +398,7 @@ impl<C> Call<C> {
             // error returned at its timeout's instant is still that error.
             Ok((Err(error), frame_end)) => {
                 let verdict: Verdict = (self.classify)(&error).into();
+                telemetry::attempt_ended(self.policy, &attempt_began, end, AttemptEnd::Failure);
                 admission.finish(Outcome::of_failure(verdict.class), end);
                 report::record(
                     self.policy.function,
@@ -362,6 +409,7 @@ impl<C> Call<C> {
                 (Err(Failure::Failed(error, verdict)), frame_end)
             }
             Err(frame_end) => {
+                telemetry::attempt_ended(self.policy, &attempt_began, end, AttemptEnd::Timeout);
                 admission.finish(Outcome::Failure { retry_after: None }, end);
                 (Err(self.elapsed(number, attempt_deadline)), frame_end)
             }
@@ -428,6 +476,68 @@ impl<C> Call<C> {
     }
 }
 
+impl<E> Failure<E> {
+    /// What telemetry says of this failure.
+    fn cause(&self) -> Cause {
+        match self {
+            Failure::Failed(_, verdict) => Cause::Error(verdict.class),
+            Failure::TimedOut(after) => Cause::TimedOut(*after),
+            Failure::Deadline => Cause::Deadline,
+            Failure::Refused(refusal) => Cause::Refused(refusal.clone()),
+        }
+    }
+}
+
+impl<C> Call<C> {
+    /// Records how the call ended and hands its result on.
+    fn end<T, E>(&self, result: Result<T, (E, CallOutcome)>) -> Result<T, E> {
+        match result {
+            Ok(value) => {
+                telemetry::call_ended(self.policy, &self.began, CallOutcome::Success);
+                Ok(value)
+            }
+            Err((error, outcome)) => {
+                // The expansion answers every error of such a call with
+                // its fallback.
+                let outcome = if self.policy.fallback {
+                    CallOutcome::Fallback
+                } else {
+                    outcome
+                };
+                telemetry::call_ended(self.policy, &self.began, outcome);
+                Err(error)
+            }
+        }
+    }
+
+    /// Traces a failure that ends the call without a decision of this
+    /// layer's retry loop: not retryable, refused, or a deadline.
+    fn trace_final<E>(&self, number: u32, cause: &Cause, error: &E, describe: Describe<E>) {
+        match cause {
+            Cause::Deadline if self.own_deadline => telemetry::gave_up(
+                self.policy,
+                number,
+                cause,
+                error,
+                describe,
+                "the call's deadline passed",
+            ),
+            Cause::Deadline => telemetry::failed(
+                self.policy,
+                number,
+                cause,
+                error,
+                describe,
+                "the enclosing attempt's deadline passed",
+            ),
+            Cause::Refused(_) => {
+                telemetry::failed(self.policy, number, cause, error, describe, "refused")
+            }
+            _ => telemetry::failed(self.policy, number, cause, error, describe, "not retryable"),
+        }
+    }
+}
+
 /// A call refused before its first attempt ran.
 fn refused<E>(
     policy: &'static Policy,
@@ -442,6 +552,7 @@ fn refused<E>(
         AttemptOutcome::Refused(error.kind()),
         false,
     );
+    telemetry::refused_before_start(policy, &error);
     if inherited_deadline.is_some() {
         frame::report_deadline(inherited_deadline);
     } else if final_for_task && !policy.fallback {
@@ -457,12 +568,17 @@ fn refused<E>(
 /// Generic over the return type `R` rather than `Result<T, E>`, with the
 /// same bounds the expansion checks at the user's return type, so a
 /// function returning something else gets exactly one error, there.
-pub async fn once<R, C, V, M, Fut>(
+///
+/// A plain function returning [`once_described`]'s future, not an `async
+/// fn` around it: each layer of futures nests in the type of every
+/// enclosing annotated call's future, and deep nesting of calls meets the
+/// compiler's recursion limit when it proves the future `Send`.
+pub fn once<R, C, V, M, Fut>(
     policy: &'static Policy,
     classify: C,
     refuse: fn(Error) -> R::Error,
     make: M,
-) -> R
+) -> impl Future<Output = R>
 where
     M: FnOnce() -> Fut,
     Fut: Future<Output = R>,
@@ -470,22 +586,50 @@ where
     C: Fn(&R::Error) -> V,
     V: Into<Verdict>,
 {
-    R::from_result(once_inner(policy, classify, refuse, move || IntoResult::new(make())).await)
+    once_described(policy, classify, refuse, None, make)
 }
 
-async fn once_inner<T, E, C, V, M, Fut>(
+/// [`once`], with a way to show the function's error in telemetry
+/// (`describe`: `Some` when the error type is `Display`, found by the
+/// expansion where the type is known).
+pub fn once_described<R, C, V, M, Fut>(
     policy: &'static Policy,
     classify: C,
-    refuse: fn(Error) -> E,
+    refuse: fn(Error) -> R::Error,
+    describe: Describe<R::Error>,
     make: M,
-) -> Result<T, E>
+) -> impl Future<Output = R>
 where
     M: FnOnce() -> Fut,
-    Fut: Future<Output = Result<T, E>>,
-    C: Fn(&E) -> V,
+    Fut: Future<Output = R>,
+    R: ReturnsResult,
+    C: Fn(&R::Error) -> V,
     V: Into<Verdict>,
 {
-    let call = Call::begin(policy, classify, refuse)?;
+    let inner = once_inner::<R, _, _, _, _>(policy, classify, refuse, describe, move || {
+        IntoResult::new(make())
+    });
+    telemetry::instrument(policy, inner)
+}
+
+async fn once_inner<R, C, V, M, Fut>(
+    policy: &'static Policy,
+    classify: C,
+    refuse: fn(Error) -> R::Error,
+    describe: Describe<R::Error>,
+    make: M,
+) -> R
+where
+    R: ReturnsResult,
+    M: FnOnce() -> Fut,
+    Fut: Future<Output = Result<R::Ok, R::Error>>,
+    C: Fn(&R::Error) -> V,
+    V: Into<Verdict>,
+{
+    let call = match Call::begin(policy, classify, refuse) {
+        Ok(call) => call,
+        Err(error) => return R::from_result(Err(error)),
+    };
     let attempted = call.attempt(1, call.path.base, call.start, make).await;
     if let Some(frame) = &attempted.frame {
         call.reach(frame.high);
@@ -493,29 +637,70 @@ where
             frame::report_budget(frame.budget.clone());
         }
     }
-    match attempted.result {
+    let result = match attempted.result {
         Ok(value) => Ok(value),
-        Err(failure) => match call.settle(failure, refuse) {
-            // Not retried here, so an enclosing layer may still retry it;
-            // a nested give-up, though, stays final for it too.
-            Settled::Retryable(error, _) => match attempted.frame {
-                Some(frame) if frame.gave_up > 0 => Err(call.give_up(error)),
-                _ => Err(error),
-            },
-            Settled::Final(error) => Err(error),
-        },
-    }
+        Err(failure) => {
+            let cause = failure.cause();
+            let outcome = cause.outcome();
+            match call.settle(failure, refuse) {
+                // Not retried here, so an enclosing layer may still retry it;
+                // a nested give-up, though, stays final for it too.
+                Settled::Retryable(error, _) => match attempted.frame {
+                    Some(frame) if frame.gave_up > 0 => {
+                        telemetry::gave_up(
+                            policy,
+                            1,
+                            &cause,
+                            &error,
+                            describe,
+                            "a nested call gave up",
+                        );
+                        Err((call.give_up(error), outcome))
+                    }
+                    _ => {
+                        telemetry::failed(policy, 1, &cause, &error, describe, "no retries here");
+                        Err((error, outcome))
+                    }
+                },
+                Settled::Final(error) => {
+                    call.trace_final(1, &cause, &error, describe);
+                    Err((error, outcome))
+                }
+            }
+        }
+    };
+    R::from_result(call.end(result))
 }
 
 /// Runs an annotated function's body up to `1 + retries` times: the
 /// expansion of a function with `retries`. `attempt` makes each attempt's
 /// future from fresh copies of the arguments.
-pub async fn retry<R, C, V, F, Fut>(
+/// A plain function for the reason given at [`once`].
+pub fn retry<R, C, V, F, Fut>(
     policy: &'static Policy,
     classify: C,
     refuse: fn(Error) -> R::Error,
     attempt: F,
-) -> R
+) -> impl Future<Output = R>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = R>,
+    R: ReturnsResult,
+    C: Fn(&R::Error) -> V,
+    V: Into<Verdict>,
+{
+    retry_described(policy, classify, refuse, None, attempt)
+}
+
+/// [`retry`], with a way to show the function's error in telemetry (see
+/// [`once_described`]).
+pub fn retry_described<R, C, V, F, Fut>(
+    policy: &'static Policy,
+    classify: C,
+    refuse: fn(Error) -> R::Error,
+    describe: Describe<R::Error>,
+    attempt: F,
+) -> impl Future<Output = R>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = R>,
@@ -524,136 +709,144 @@ where
     V: Into<Verdict>,
 {
     let mut attempt = attempt;
-    R::from_result(retry_loop(policy, classify, refuse, move || IntoResult::new(attempt())).await)
+    let inner = retry_loop::<R, _, _, _, _>(policy, classify, refuse, describe, move || {
+        IntoResult::new(attempt())
+    });
+    telemetry::instrument(policy, inner)
 }
 
-async fn retry_loop<T, E, C, V, F, Fut>(
+async fn retry_loop<R, C, V, F, Fut>(
     policy: &'static Policy,
     classify: C,
-    refuse: fn(Error) -> E,
+    refuse: fn(Error) -> R::Error,
+    describe: Describe<R::Error>,
     mut attempt: F,
-) -> Result<T, E>
+) -> R
 where
+    R: ReturnsResult,
     F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, E>>,
-    C: Fn(&E) -> V,
+    Fut: Future<Output = Result<R::Ok, R::Error>>,
+    C: Fn(&R::Error) -> V,
     V: Into<Verdict>,
 {
-    let call = Call::begin(policy, classify, refuse)?;
-    let mut delays = policy.backoff.delays();
-    let mut started = call.start;
-    // This call's position on its path: attempts that reached the end of
-    // the chain, its own and those of the enclosing layers before it.
-    let mut position = call.path.base;
-    let mut number: u32 = 0;
-    loop {
-        number += 1;
-        let attempted = call
-            .attempt(number, position, started.take(), &mut attempt)
-            .await;
-        let (nested_gave_up, nested_budget) = match attempted.frame {
-            Some(frame) => {
-                position = position.max(frame.high);
-                call.reach(position);
-                if !policy.fallback {
-                    frame::report_budget(frame.budget.clone());
+    let call = match Call::begin(policy, classify, refuse) {
+        Ok(call) => call,
+        Err(error) => return R::from_result(Err(error)),
+    };
+    // One block, not a nested `async fn`: see `once` on nesting.
+    let result: Result<R::Ok, (R::Error, CallOutcome)> = 'call: {
+        let mut delays = policy.backoff.delays();
+        let mut started = call.start;
+        // This call's position on its path: attempts that reached the end of
+        // the chain, its own and those of the enclosing layers before it.
+        let mut position = call.path.base;
+        let mut number: u32 = 0;
+        loop {
+            number += 1;
+            let attempted = call
+                .attempt(number, position, started.take(), &mut attempt)
+                .await;
+            let (nested_gave_up, nested_budget) = match attempted.frame {
+                Some(frame) => {
+                    position = position.max(frame.high);
+                    call.reach(position);
+                    if !policy.fallback {
+                        frame::report_budget(frame.budget.clone());
+                    }
+                    (frame.gave_up > 0, frame.budget)
                 }
-                (frame.gave_up > 0, frame.budget)
-            }
-            None => (false, None),
-        };
-        let (error, class) = match attempted.result {
-            Ok(value) => {
-                if policy.fallback {
-                    frame::reach(position);
+                None => (false, None),
+            };
+            let (error, class, cause) = match attempted.result {
+                Ok(value) => {
+                    if policy.fallback {
+                        frame::reach(position);
+                    }
+                    break 'call Ok(value);
                 }
-                return Ok(value);
+                Err(failure) => {
+                    let cause = failure.cause();
+                    match call.settle(failure, refuse) {
+                        Settled::Retryable(error, class) => (error, class, cause),
+                        Settled::Final(error) => {
+                            call.trace_final(number, &cause, &error, describe);
+                            break 'call Err((error, cause.outcome()));
+                        }
+                    }
+                }
+            };
+            let outcome = cause.outcome();
+            let give_up = |error: R::Error, why: &'static str| {
+                telemetry::gave_up(policy, number, &cause, &error, describe, why);
+                Err((call.give_up(error), outcome))
+            };
+            // A nested layer already retried this failure and gave up: retrying
+            // here too would multiply attempts (one retrying layer).
+            if nested_gave_up {
+                break 'call give_up(error, "a nested call gave up");
             }
-            Err(failure) => match call.settle(failure, refuse) {
-                Settled::Retryable(error, class) => (error, class),
-                Settled::Final(error) => return Err(error),
-            },
-        };
-        // A nested layer already retried this failure and gave up: retrying
-        // here too would multiply attempts (one retrying layer).
-        if nested_gave_up {
-            trace_give_up(policy, number, "a nested call gave up");
-            return Err(call.give_up(error));
-        }
-        if number > policy.retries {
-            // A layer that never retries (only here for its fallback) has
-            // not retried this failure: an enclosing layer still may.
-            if policy.retries == 0 {
-                return Err(error);
+            if number > policy.retries {
+                // A layer that never retries (only here for its fallback) has
+                // not retried this failure: an enclosing layer still may.
+                if policy.retries == 0 {
+                    telemetry::failed(policy, number, &cause, &error, describe, "no retries here");
+                    break 'call Err((error, outcome));
+                }
+                break 'call give_up(error, "retries spent");
             }
-            trace_give_up(policy, number, "retries spent");
-            return Err(call.give_up(error));
-        }
-        // Another attempt would take the path past what its most generous
-        // layer allows: nested calls (cut by timeouts, say) already made
-        // those attempts.
-        if position >= call.path.cap {
-            trace_give_up(policy, number, "the path's attempts are spent");
-            return Err(call.give_up(error));
-        }
-        let mut delay = delays.next().unwrap_or(policy.backoff.cap());
-        if let Classification::Throttled {
-            retry_after: Some(floor),
-        } = class
-        {
-            // Without a deadline, a server that asks for more than the
-            // maximum is not retried at all: sooner would disobey it.
-            if call.deadline.is_none() && floor > MAX_RETRY_AFTER {
-                trace_give_up(policy, number, "Retry-After beyond the maximum wait");
-                return Err(call.give_up(error));
+            // Another attempt would take the path past what its most generous
+            // layer allows: nested calls (cut by timeouts, say) already made
+            // those attempts.
+            if position >= call.path.cap {
+                break 'call give_up(error, "the path's attempts are spent");
             }
-            delay = delay.max(floor);
-        }
-        let now = Instant::now();
-        // A sleep that would end at or after the deadline is not slept:
-        // the attempt after it could not finish in time.
-        if call
-            .deadline
-            .is_some_and(|d| now.checked_add(delay).is_none_or(|wake| wake >= d))
-        {
-            trace_give_up(policy, number, "deadline too close to retry");
-            return Err(call.give_up(error));
-        }
-        // The budget nearest the dependency is asked first, whichever
-        // layer retries: an enclosing layer's retry sends the same request
-        // down again.
-        let own = call.deps.budget_ref();
-        if let Some(nested) = nested_budget
-            .as_ref()
-            .filter(|n| !own.is_some_and(|o| n.same(o)))
-        {
-            if !nested.get().try_retry(now) {
-                trace_give_up(policy, number, "retry budget spent");
-                return Err(call.give_up(error));
+            let backoff = delays.next().unwrap_or(policy.backoff.cap());
+            let mut delay = backoff;
+            let mut source = DelaySource::Backoff;
+            if let Classification::Throttled {
+                retry_after: Some(floor),
+            } = class
+            {
+                // Without a deadline, a server that asks for more than the
+                // maximum is not retried at all: sooner would disobey it.
+                if call.deadline.is_none() && floor > MAX_RETRY_AFTER {
+                    break 'call give_up(error, "Retry-After beyond the maximum wait");
+                }
+                if floor > backoff {
+                    delay = floor;
+                    source = DelaySource::RetryAfter;
+                }
             }
+            let now = Instant::now();
+            // A sleep that would end at or after the deadline is not slept:
+            // the attempt after it could not finish in time.
+            if call
+                .deadline
+                .is_some_and(|d| now.checked_add(delay).is_none_or(|wake| wake >= d))
+            {
+                break 'call give_up(error, "deadline too close to retry");
+            }
+            // The budget nearest the dependency is asked first, whichever
+            // layer retries: an enclosing layer's retry sends the same request
+            // down again.
+            let own = call.deps.budget_ref();
+            if let Some(nested) = nested_budget
+                .as_ref()
+                .filter(|n| !own.is_some_and(|o| n.same(o)))
+            {
+                if !nested.get().try_retry(now) {
+                    break 'call give_up(error, "retry budget spent");
+                }
+            }
+            if !call.deps.try_retry(now) {
+                break 'call give_up(error, "retry budget spent");
+            }
+            let left = call.deadline.map(|d| d.saturating_duration_since(now));
+            telemetry::retrying(
+                policy, number, &cause, &error, describe, delay, source, left,
+            );
+            tokio::time::sleep(delay).await;
         }
-        if !call.deps.try_retry(now) {
-            trace_give_up(policy, number, "retry budget spent");
-            return Err(call.give_up(error));
-        }
-        #[cfg(feature = "tracing")]
-        tracing::debug!(
-            function = policy.function,
-            retry = number,
-            delay_ms = delay.as_millis() as u64,
-            "resilient: retrying after a retryable failure"
-        );
-        tokio::time::sleep(delay).await;
-    }
-}
-
-#[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
-fn trace_give_up(policy: &Policy, attempts: u32, why: &'static str) {
-    #[cfg(feature = "tracing")]
-    tracing::debug!(
-        function = policy.function,
-        attempts,
-        why,
-        "resilient: giving up"
-    );
+    };
+    R::from_result(call.end(result))
 }
