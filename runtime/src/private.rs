@@ -60,12 +60,15 @@ impl<E: ?Sized> std::fmt::Debug for DisplayProbe<E> {
 }
 
 /// Chosen when the error type is `Display`.
-pub trait ViaDisplay<E> {
+pub trait ViaDisplay {
+    /// The error type.
+    type Error;
     /// Shows the error through its `Display`.
-    fn describer(&self) -> Describe<E>;
+    fn describer(&self) -> Describe<Self::Error>;
 }
 
-impl<E: std::fmt::Display> ViaDisplay<E> for DisplayProbe<E> {
+impl<E: std::fmt::Display> ViaDisplay for DisplayProbe<E> {
+    type Error = E;
     fn describer(&self) -> Describe<E> {
         fn show<E: std::fmt::Display>(error: &E) -> &dyn std::fmt::Display {
             error
@@ -75,12 +78,15 @@ impl<E: std::fmt::Display> ViaDisplay<E> for DisplayProbe<E> {
 }
 
 /// Chosen otherwise.
-pub trait ViaTypeName<E> {
+pub trait ViaTypeName {
+    /// The error type.
+    type Error;
     /// Nothing: telemetry shows the error's type name.
-    fn describer(&self) -> Describe<E>;
+    fn describer(&self) -> Describe<Self::Error>;
 }
 
-impl<E> ViaTypeName<E> for &DisplayProbe<E> {
+impl<E> ViaTypeName for &DisplayProbe<E> {
+    type Error = E;
     fn describer(&self) -> Describe<E> {
         None
     }
