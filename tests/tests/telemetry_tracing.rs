@@ -435,6 +435,8 @@ async fn nested_calls_nest_their_spans() {
 // ----- the error's `Display`, where the call site knows it ---------------------
 
 #[test]
+// The borrow is the expansion's form: it is what makes the fallback apply.
+#[allow(clippy::needless_borrow)]
 fn display_probe_finds_display_and_falls_back_to_the_type_name() {
     #[allow(unused_imports)]
     use resilient::__private::{DisplayProbe, ViaDisplay, ViaTypeName};
