@@ -20,7 +20,9 @@ use crate::outcome::Outcome;
 use crate::registry::Registry;
 use crate::report::{self, AttemptOutcome};
 use crate::shutdown::{self, InFlight};
-use crate::telemetry::{self, AttemptEnd, Began, CallOutcome, Cause, DelaySource, Describe};
+use crate::telemetry::{
+    self, AttemptEnd, Began, CallOutcome, CallSpan, Cause, DelaySource, Describe,
+};
 use crate::{Classification, Error};
 
 /// The longest `Retry-After` a call without a deadline waits for. A server
@@ -229,24 +231,33 @@ struct Call<C> {
     start: Option<Instant>,
     /// Where the call stands on its path of nested calls.
     path: PathStart,
+    /// Counts the call in flight while a graceful shutdown may wait for it.
+    _in_flight: Option<InFlight>,
     /// When the call began, for its duration metric (nothing without the
     /// `metrics` feature).
     began: Began,
-    /// Counts the call in flight while a graceful shutdown may wait for it.
-    _in_flight: Option<InFlight>,
 }
 
 impl<C> Call<C> {
     /// Starts a call: fixes its deadline and finds its named parts. Refuses
     /// a call whose deadline has already passed, so it does no work.
-    fn begin<E>(policy: &'static Policy, classify: C, refuse: fn(Error) -> E) -> Result<Self, E> {
+    ///
+    /// `span`: the call's span, a local of the engine's future rather than
+    /// a field here: the bigger `Call` is, the costlier its move out of this
+    /// function (a `memcpy` call, past a size).
+    fn begin<E>(
+        policy: &'static Policy,
+        span: &CallSpan,
+        classify: C,
+        refuse: fn(Error) -> E,
+    ) -> Result<Self, E> {
         let own_cap = policy.retries.saturating_add(1);
         let outer = PathStart::current();
         // A call nested in an admitted one is part of the work in flight: a
         // draining shutdown admits it.
         let in_flight = match shutdown::admit(outer.is_some()) {
             Ok(in_flight) => in_flight,
-            Err(error) => return Err(refused(policy, error, refuse, true, None)),
+            Err(error) => return Err(refused(policy, span, error, refuse, true, None)),
         };
         let path = match outer {
             Some(outer) => PathStart {
@@ -262,7 +273,7 @@ impl<C> Call<C> {
         let inherited = current_deadline();
         let deps = match policy.deps() {
             Ok(deps) => deps,
-            Err(error) => return Err(refused(policy, error, refuse, true, None)),
+            Err(error) => return Err(refused(policy, span, error, refuse, true, None)),
         };
         // The clock is read only when something needs the time: a deadline
         // or timeout, or a part that keeps time-based statistics. This one
@@ -285,6 +296,7 @@ impl<C> Call<C> {
                 let error = Error::deadline_exceeded();
                 return Err(refused(
                     policy,
+                    span,
                     error,
                     refuse,
                     own_deadline,
@@ -297,7 +309,7 @@ impl<C> Call<C> {
         if !policy.fallback {
             frame::report_budget(deps.budget());
         }
-        telemetry::entered(start, deadline);
+        telemetry::entered(span, start, deadline);
         Ok(Call {
             policy,
             classify,
@@ -322,6 +334,7 @@ impl<C> Call<C> {
     /// is the call's). `base`: the path's position before this attempt.
     async fn attempt<T, E, V, Fut>(
         &self,
+        span: &CallSpan,
         number: u32,
         base: u32,
         started: Option<Instant>,
@@ -370,7 +383,7 @@ impl<C> Call<C> {
             None,
         );
         let attempt_began = telemetry::began(body_start.or(now));
-        let result = Bounded::new(attempt_deadline, frame, make()).await;
+        let result = Bounded::new(attempt_deadline, frame, span, make()).await;
         // The end time feeds breakers (slow calls) and windows; without
         // them, save the clock read.
         let end = self.deps.needs_clock().then(Instant::now);
@@ -512,10 +525,18 @@ impl<C> Call<C> {
 
     /// Traces a failure that ends the call without a decision of this
     /// layer's retry loop: not retryable, refused, or a deadline.
-    fn trace_final<E>(&self, number: u32, cause: &Cause, error: &E, describe: Describe<E>) {
+    fn trace_final<E>(
+        &self,
+        span: &CallSpan,
+        number: u32,
+        cause: &Cause,
+        error: &E,
+        describe: Describe<E>,
+    ) {
         match cause {
             Cause::Deadline if self.own_deadline => telemetry::gave_up(
                 self.policy,
+                span,
                 number,
                 cause,
                 error,
@@ -524,6 +545,7 @@ impl<C> Call<C> {
             ),
             Cause::Deadline => telemetry::failed(
                 self.policy,
+                span,
                 number,
                 cause,
                 error,
@@ -531,9 +553,17 @@ impl<C> Call<C> {
                 "the enclosing attempt's deadline passed",
             ),
             Cause::Refused(_) => {
-                telemetry::failed(self.policy, number, cause, error, describe, "refused")
+                telemetry::failed(self.policy, span, number, cause, error, describe, "refused")
             }
-            _ => telemetry::failed(self.policy, number, cause, error, describe, "not retryable"),
+            _ => telemetry::failed(
+                self.policy,
+                span,
+                number,
+                cause,
+                error,
+                describe,
+                "not retryable",
+            ),
         }
     }
 }
@@ -541,6 +571,7 @@ impl<C> Call<C> {
 /// A call refused before its first attempt ran.
 fn refused<E>(
     policy: &'static Policy,
+    span: &CallSpan,
     error: Error,
     refuse: fn(Error) -> E,
     final_for_task: bool,
@@ -552,7 +583,7 @@ fn refused<E>(
         AttemptOutcome::Refused(error.kind()),
         false,
     );
-    telemetry::refused_before_start(policy, &error);
+    telemetry::refused_before_start(policy, span, &error);
     if inherited_deadline.is_some() {
         frame::report_deadline(inherited_deadline);
     } else if final_for_task && !policy.fallback {
@@ -606,10 +637,9 @@ where
     C: Fn(&R::Error) -> V,
     V: Into<Verdict>,
 {
-    let inner = once_inner::<R, _, _, _, _>(policy, classify, refuse, describe, move || {
+    once_inner::<R, _, _, _, _>(policy, classify, refuse, describe, move || {
         IntoResult::new(make())
-    });
-    telemetry::instrument(policy, inner)
+    })
 }
 
 async fn once_inner<R, C, V, M, Fut>(
@@ -626,11 +656,14 @@ where
     C: Fn(&R::Error) -> V,
     V: Into<Verdict>,
 {
-    let call = match Call::begin(policy, classify, refuse) {
+    let span = telemetry::span(policy);
+    let call = match Call::begin(policy, &span, classify, refuse) {
         Ok(call) => call,
         Err(error) => return R::from_result(Err(error)),
     };
-    let attempted = call.attempt(1, call.path.base, call.start, make).await;
+    let attempted = call
+        .attempt(&span, 1, call.path.base, call.start, make)
+        .await;
     if let Some(frame) = &attempted.frame {
         call.reach(frame.high);
         if !policy.fallback {
@@ -649,6 +682,7 @@ where
                     Some(frame) if frame.gave_up > 0 => {
                         telemetry::gave_up(
                             policy,
+                            &span,
                             1,
                             &cause,
                             &error,
@@ -658,12 +692,20 @@ where
                         Err((call.give_up(error), outcome))
                     }
                     _ => {
-                        telemetry::failed(policy, 1, &cause, &error, describe, "no retries here");
+                        telemetry::failed(
+                            policy,
+                            &span,
+                            1,
+                            &cause,
+                            &error,
+                            describe,
+                            "no retries here",
+                        );
                         Err((error, outcome))
                     }
                 },
                 Settled::Final(error) => {
-                    call.trace_final(1, &cause, &error, describe);
+                    call.trace_final(&span, 1, &cause, &error, describe);
                     Err((error, outcome))
                 }
             }
@@ -709,10 +751,9 @@ where
     V: Into<Verdict>,
 {
     let mut attempt = attempt;
-    let inner = retry_loop::<R, _, _, _, _>(policy, classify, refuse, describe, move || {
+    retry_loop::<R, _, _, _, _>(policy, classify, refuse, describe, move || {
         IntoResult::new(attempt())
-    });
-    telemetry::instrument(policy, inner)
+    })
 }
 
 async fn retry_loop<R, C, V, F, Fut>(
@@ -729,7 +770,8 @@ where
     C: Fn(&R::Error) -> V,
     V: Into<Verdict>,
 {
-    let call = match Call::begin(policy, classify, refuse) {
+    let span = telemetry::span(policy);
+    let call = match Call::begin(policy, &span, classify, refuse) {
         Ok(call) => call,
         Err(error) => return R::from_result(Err(error)),
     };
@@ -744,7 +786,7 @@ where
         loop {
             number += 1;
             let attempted = call
-                .attempt(number, position, started.take(), &mut attempt)
+                .attempt(&span, number, position, started.take(), &mut attempt)
                 .await;
             let (nested_gave_up, nested_budget) = match attempted.frame {
                 Some(frame) => {
@@ -769,7 +811,7 @@ where
                     match call.settle(failure, refuse) {
                         Settled::Retryable(error, class) => (error, class, cause),
                         Settled::Final(error) => {
-                            call.trace_final(number, &cause, &error, describe);
+                            call.trace_final(&span, number, &cause, &error, describe);
                             break 'call Err((error, cause.outcome()));
                         }
                     }
@@ -777,7 +819,7 @@ where
             };
             let outcome = cause.outcome();
             let give_up = |error: R::Error, why: &'static str| {
-                telemetry::gave_up(policy, number, &cause, &error, describe, why);
+                telemetry::gave_up(policy, &span, number, &cause, &error, describe, why);
                 Err((call.give_up(error), outcome))
             };
             // A nested layer already retried this failure and gave up: retrying
@@ -789,7 +831,15 @@ where
                 // A layer that never retries (only here for its fallback) has
                 // not retried this failure: an enclosing layer still may.
                 if policy.retries == 0 {
-                    telemetry::failed(policy, number, &cause, &error, describe, "no retries here");
+                    telemetry::failed(
+                        policy,
+                        &span,
+                        number,
+                        &cause,
+                        &error,
+                        describe,
+                        "no retries here",
+                    );
                     break 'call Err((error, outcome));
                 }
                 break 'call give_up(error, "retries spent");
@@ -843,7 +893,7 @@ where
             }
             let left = call.deadline.map(|d| d.saturating_duration_since(now));
             telemetry::retrying(
-                policy, number, &cause, &error, describe, delay, source, left,
+                policy, &span, number, &cause, &error, describe, delay, source, left,
             );
             tokio::time::sleep(delay).await;
         }
