@@ -13,7 +13,7 @@ use crate::__private::ReturnsResult;
 use crate::backoff::{Backoff, DEFAULT_BASE, DEFAULT_CAP};
 use crate::classify::Verdict;
 use crate::context::{current_deadline, earliest};
-use crate::deps::{Deps, Names};
+use crate::deps::{Admission, Deps, Names};
 use crate::frame::{self, BudgetRef, Frame, FrameEnd, PathStart};
 use crate::future::{Bounded, IntoResult};
 use crate::outcome::Outcome;
@@ -390,7 +390,7 @@ impl<C> Call<C> {
         let (result, frame_end) = match result {
             Ok((Ok(value), frame_end)) => {
                 telemetry::attempt_ended(self.policy, &attempt_began, end, AttemptEnd::Success);
-                admission.finish(Outcome::Success, end);
+                finish_in(span, admission, Outcome::Success, end);
                 report::record(
                     self.policy.function,
                     number,
@@ -404,7 +404,7 @@ impl<C> Call<C> {
             // fired: it is this layer's timeout (or deadline).
             Ok((Err(_), frame_end)) if frame_end.timer_refused => {
                 telemetry::attempt_ended(self.policy, &attempt_began, end, AttemptEnd::Timeout);
-                admission.finish(Outcome::Failure { retry_after: None }, end);
+                finish_in(span, admission, Outcome::Failure { retry_after: None }, end);
                 (Err(self.elapsed(number, attempt_deadline)), frame_end)
             }
             // Any other error is the function's own, whenever it came: an
@@ -412,7 +412,7 @@ impl<C> Call<C> {
             Ok((Err(error), frame_end)) => {
                 let verdict: Verdict = (self.classify)(&error).into();
                 telemetry::attempt_ended(self.policy, &attempt_began, end, AttemptEnd::Failure);
-                admission.finish(Outcome::of_failure(verdict.class), end);
+                finish_in(span, admission, Outcome::of_failure(verdict.class), end);
                 report::record(
                     self.policy.function,
                     number,
@@ -423,7 +423,7 @@ impl<C> Call<C> {
             }
             Err(frame_end) => {
                 telemetry::attempt_ended(self.policy, &attempt_began, end, AttemptEnd::Timeout);
-                admission.finish(Outcome::Failure { retry_after: None }, end);
+                finish_in(span, admission, Outcome::Failure { retry_after: None }, end);
                 (Err(self.elapsed(number, attempt_deadline)), frame_end)
             }
         };
@@ -566,6 +566,16 @@ impl<C> Call<C> {
             ),
         }
     }
+}
+
+/// Records an attempt's outcome inside the call's span, so that a breaker
+/// transition it causes is logged as part of the call.
+#[inline]
+#[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+fn finish_in(span: &CallSpan, admission: Admission<'_>, outcome: Outcome, end: Option<Instant>) {
+    #[cfg(feature = "tracing")]
+    let _in_span = span.enter();
+    admission.finish(outcome, end);
 }
 
 /// A call refused before its first attempt ran.

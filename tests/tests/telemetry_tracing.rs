@@ -477,3 +477,40 @@ async fn display_of_the_error_when_the_call_site_knows_it() {
     assert_eq!(ours[0].field("error"), "503 from the payments API");
     assert_eq!(ours[1].field("error"), "503 from the payments API");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_breaker_opening_is_logged_inside_the_call_that_opened_it() {
+    #[resilient(breaker = "tracing-opens")]
+    async fn fails() -> Result<u32, E> {
+        Err(E::Unavailable)
+    }
+    let registry = Registry::builder()
+        .breaker(
+            "tracing-opens",
+            resilient::BreakerConfig::default()
+                .sliding_window(resilient::SlidingWindow::CountBased { size: 2 })
+                .minimum_number_of_calls(2),
+        )
+        .build()
+        .unwrap();
+    let (captured, _guard) = capture(LevelFilter::TRACE);
+    for _ in 0..2 {
+        let _ = registry.scope(fails()).await;
+    }
+    assert_eq!(
+        registry.breaker("tracing-opens").unwrap().state(),
+        State::Open
+    );
+    let spans: Vec<_> = captured.spans().into_iter().map(|s| s.id).collect();
+    let transitions: Vec<_> = captured
+        .events()
+        .into_iter()
+        .filter(|e| e.target.starts_with("resilient::breaker"))
+        .collect();
+    assert!(!transitions.is_empty(), "{:?}", captured.events());
+    for t in &transitions {
+        assert_eq!(t.scope, ["resilient"], "{t:?}");
+        // The second call's span: its failure opened the breaker.
+        assert_eq!(t.span, Some(spans[1]), "{t:?}");
+    }
+}
