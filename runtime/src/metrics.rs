@@ -10,7 +10,7 @@
 //! publish the registry's breakers, bulkheads and budgets:
 //!
 //! ```no_run
-//! # #[tokio::main] async fn main() {
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
 //! use std::time::Duration;
 //! // metrics_exporter_prometheus::PrometheusBuilder::new()
 //! //     .with_http_listener(([0, 0, 0, 0], 9000))

@@ -127,7 +127,9 @@ pub(crate) fn is_draining() -> bool {
 /// [readiness](crate::Readiness) turns not ready, and the drain waits, up to
 /// a bound, for the calls in flight.
 ///
-/// ```
+/// ```standalone_crate
+/// # // Its own process: merged doctests share one, and a drain there
+/// # // would refuse the other examples' calls.
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)] async fn main() {
 /// use std::time::Duration;
 /// use resilient::GracefulShutdown;
