@@ -430,6 +430,10 @@ pub fn publish(registry: &Registry) {
 /// state gauges at once. Runs on the current tokio runtime until the
 /// returned handle is dropped.
 ///
+/// Its subscription to breaker events makes the breakers deliver them: on
+/// the refusal path (a call an open breaker turns away), not on a call that
+/// succeeds in a closed breaker.
+///
 /// # Panics
 ///
 /// Outside a tokio runtime, like `tokio::spawn`.

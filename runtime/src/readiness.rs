@@ -25,11 +25,10 @@ use crate::{Registry, State};
 /// `{"ready":false,"shutting_down":false,"unavailable":[{"kind":"breaker","name":"payments","reason":"open"}]}`.
 ///
 /// ```
-/// use resilient::{Registry, State};
+/// use resilient::Registry;
 ///
 /// let registry = Registry::builder().build().unwrap();
 /// assert!(registry.readiness().ready);
-/// # registry.scope(async {}); // the registry is cheap to clone and share
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
