@@ -1,6 +1,6 @@
 //! Readiness: which dependencies are unavailable right now, as plain data
 //! for a `/health/ready` endpoint (and, with feature `axum`, the endpoint
-//! itself: [`axum::route`](crate::readiness::axum::route)).
+//! itself: `resilient::readiness::axum::route`).
 //!
 //! A service is not ready while one of its dependencies is known to be
 //! unavailable (its breaker open or forced open, its bulkhead out of slots)
