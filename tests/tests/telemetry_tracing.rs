@@ -446,6 +446,14 @@ fn display_probe_finds_display_and_falls_back_to_the_type_name() {
     assert_eq!(show(&E::Declined).to_string(), "card declined");
     let none = (&DisplayProbe::<NotDisplay>::new()).describer();
     assert!(none.is_none());
+    // As the expansion would name the type: through the return type.
+    type Ret = Result<u32, E>;
+    type RetNot = Result<u32, NotDisplay>;
+    use resilient::__private::ReturnsResult;
+    let shown = (&DisplayProbe::<<Ret as ReturnsResult>::Error>::new()).describer();
+    assert!(shown.is_some());
+    let none = (&DisplayProbe::<<RetNot as ReturnsResult>::Error>::new()).describer();
+    assert!(none.is_none());
 }
 
 #[tokio::test(start_paused = true)]
