@@ -118,7 +118,55 @@ fn two_threads(c: &mut Criterion) {
     g.finish();
 }
 
+/// The cost of the `tracing` span on the full stack: no subscriber (the
+/// span is never created), a subscriber whose filter turns it off (WARN, a
+/// production default for libraries), and one that records it (INFO,
+/// tracing-subscriber's bare registry). With `--features metrics`, every
+/// case also records its metrics into a Prometheus recorder.
+fn telemetry(c: &mut Criterion) {
+    use tracing_subscriber::filter::LevelFilter;
+    use tracing_subscriber::layer::SubscriberExt;
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let _guard = rt.enter();
+    let mut g = c.benchmark_group("telemetry, full stack");
+    g.bench_function("no subscriber", |b| {
+        b.iter(|| run(with_everything(black_box(1))))
+    });
+    for (name, filter) in [
+        ("subscriber at WARN (span off)", LevelFilter::WARN),
+        ("subscriber at INFO (span recorded)", LevelFilter::INFO),
+    ] {
+        let subscriber = tracing_subscriber::registry().with(filter);
+        tracing::subscriber::with_default(subscriber, || {
+            g.bench_function(name, |b| b.iter(|| run(with_everything(black_box(1)))));
+        });
+    }
+    g.finish();
+}
+
+/// With `--features metrics`: a Prometheus recorder, installed before the
+/// first call (call sites register their handles on their first call),
+/// its histograms drained in the background as an exporter would.
+#[cfg(feature = "metrics")]
+fn install_recorder() {
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    metrics::set_global_recorder(recorder).expect("installed once");
+    std::thread::spawn(move || {
+        loop {
+            std::thread::sleep(Duration::from_millis(200));
+            handle.run_upkeep();
+        }
+    });
+}
+
 fn configure() -> Criterion {
+    #[cfg(feature = "metrics")]
+    install_recorder();
     // The breaker named "bench" must never open during the run: it only
     // sees successes, but configure it explicitly so the figures are of a
     // closed breaker with the default window.
@@ -136,6 +184,6 @@ fn configure() -> Criterion {
 criterion_group! {
     name = benches;
     config = configure();
-    targets = single_thread, two_threads
+    targets = single_thread, two_threads, telemetry
 }
 criterion_main!(benches);

@@ -13,12 +13,16 @@ use crate::__private::ReturnsResult;
 use crate::backoff::{Backoff, DEFAULT_BASE, DEFAULT_CAP};
 use crate::classify::Verdict;
 use crate::context::earliest;
-use crate::deps::{Deps, Names};
+use crate::deps::{Admission, Deps, Names};
 use crate::frame::{self, BudgetRef, Frame, FrameEnd, PathStart};
 use crate::future::{Bounded, IntoResult};
 use crate::outcome::Outcome;
 use crate::registry::Registry;
 use crate::report::{self, AttemptOutcome};
+use crate::shutdown::{self, InFlight};
+use crate::telemetry::{
+    self, AttemptEnd, Began, CallOutcome, CallSpan, Cause, DelaySource, Describe,
+};
 use crate::{Classification, Error};
 
 /// The longest `Retry-After` a call without a deadline waits for. A server
@@ -41,6 +45,9 @@ pub struct Policy {
     fallback: bool,
     /// The parts from the global registry, found on the first call.
     global: OnceLock<Result<Deps, Error>>,
+    /// The function's metric handles, registered on its first call.
+    #[cfg(feature = "metrics")]
+    metrics: OnceLock<crate::metrics::FunctionMetrics>,
 }
 
 impl Policy {
@@ -55,6 +62,8 @@ impl Policy {
             names: Names::NONE,
             fallback: false,
             global: OnceLock::new(),
+            #[cfg(feature = "metrics")]
+            metrics: OnceLock::new(),
         }
     }
 
@@ -87,6 +96,25 @@ impl Policy {
     /// The function's path, for telemetry.
     pub const fn function(&self) -> &'static str {
         self.function
+    }
+
+    /// Does a fallback answer the call's final error?
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    pub(crate) const fn has_fallback(&self) -> bool {
+        self.fallback
+    }
+
+    /// The names of the breaker, budget and bulkhead, for telemetry.
+    #[cfg_attr(not(any(feature = "metrics", feature = "tracing")), allow(dead_code))]
+    pub(crate) const fn names(&self) -> Names {
+        self.names
+    }
+
+    /// The function's metric handles.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn metrics(&'static self) -> &'static crate::metrics::FunctionMetrics {
+        self.metrics
+            .get_or_init(|| crate::metrics::FunctionMetrics::new(self.function))
     }
 
     /// `retries = n`.
@@ -203,18 +231,38 @@ struct Call<C> {
     start: Option<Instant>,
     /// Where the call stands on its path of nested calls.
     path: PathStart,
+    /// Counts the call in flight while a graceful shutdown may wait for it.
+    _in_flight: Option<InFlight>,
+    /// When the call began, for its duration metric (nothing without the
+    /// `metrics` feature).
+    began: Began,
 }
 
 impl<C> Call<C> {
     /// Starts a call: fixes its deadline and finds its named parts. Refuses
     /// a call whose deadline has already passed, so it does no work.
-    fn begin<E>(policy: &'static Policy, classify: C, refuse: fn(Error) -> E) -> Result<Self, E> {
+    ///
+    /// `span`: the call's span, a local of the engine's future rather than
+    /// a field here: the bigger `Call` is, the costlier its move out of this
+    /// function (a `memcpy` call, past a size).
+    fn begin<E>(
+        policy: &'static Policy,
+        span: &CallSpan,
+        classify: C,
+        refuse: fn(Error) -> E,
+    ) -> Result<Self, E> {
         let mut path = PathStart::current();
+        // A call nested in an admitted one is part of the work in flight: a
+        // draining shutdown admits it.
+        let in_flight = match shutdown::admit(path.in_call) {
+            Ok(in_flight) => in_flight,
+            Err(error) => return Err(refused(policy, &path, span, error, refuse, true, None)),
+        };
         path.cap = path.cap.max(policy.retries.saturating_add(1));
         let inherited = path.deadline;
         let deps = match policy.deps() {
             Ok(deps) => deps,
-            Err(error) => return Err(refused(policy, &path, error, refuse, true, None)),
+            Err(error) => return Err(refused(policy, &path, span, error, refuse, true, None)),
         };
         // The clock is read only when something needs the time: a deadline
         // or timeout, or a part that keeps time-based statistics. This one
@@ -238,6 +286,7 @@ impl<C> Call<C> {
                 return Err(refused(
                     policy,
                     &path,
+                    span,
                     error,
                     refuse,
                     own_deadline,
@@ -250,6 +299,7 @@ impl<C> Call<C> {
         if path.nested && !policy.fallback {
             frame::report_budget(deps.budget());
         }
+        telemetry::entered(span, start, deadline);
         Ok(Call {
             policy,
             classify,
@@ -259,6 +309,8 @@ impl<C> Call<C> {
             clocked,
             start,
             path,
+            began: telemetry::began(start),
+            _in_flight: in_flight,
         })
     }
 
@@ -272,6 +324,7 @@ impl<C> Call<C> {
     /// is the call's). `base`: the path's position before this attempt.
     async fn attempt<T, E, V, Fut>(
         &self,
+        span: &CallSpan,
         number: u32,
         base: u32,
         started: Option<Instant>,
@@ -289,11 +342,15 @@ impl<C> Call<C> {
         // slot needs the asynchronous path.
         let admitted = match self.deps.try_admit(now) {
             Some(admitted) => admitted.map(|admission| (admission, now)),
-            None => self.deps.admit(now, self.deadline).await,
+            None => {
+                let admit = self.deps.admit(now, self.deadline);
+                telemetry::waiting(self.policy, admit).await
+            }
         };
         let (admission, body_start) = match admitted {
             Ok(admitted) => admitted,
             Err(refusal) => {
+                telemetry::attempt_refused(self.policy);
                 self.record(number, AttemptOutcome::Refused(refusal.kind()), false);
                 return Attempted {
                     result: Err(Failure::Refused(refusal)),
@@ -317,13 +374,15 @@ impl<C> Call<C> {
             self.path.in_retry || number > 1,
             attempt_deadline,
         );
-        let result = Bounded::new(attempt_deadline, frame, make()).await;
+        let attempt_began = telemetry::began(body_start.or(now));
+        let result = Bounded::new(attempt_deadline, frame, span, make()).await;
         // The end time feeds breakers (slow calls) and windows; without
         // them, save the clock read.
         let end = self.deps.needs_clock().then(Instant::now);
         let (result, frame_end) = match result {
             Ok((Ok(value), frame_end)) => {
-                admission.finish(Outcome::Success, end);
+                telemetry::attempt_ended(self.policy, &attempt_began, end, AttemptEnd::Success);
+                finish_in(span, admission, Outcome::Success, end);
                 self.record(number, AttemptOutcome::Succeeded, false);
                 (Ok(value), frame_end)
             }
@@ -331,14 +390,16 @@ impl<C> Call<C> {
             // which it inherited, a moment before this layer's own timer
             // fired: it is this layer's timeout (or deadline).
             Ok((Err(_), frame_end)) if frame_end.timer_refused => {
-                admission.finish(Outcome::Failure { retry_after: None }, end);
+                telemetry::attempt_ended(self.policy, &attempt_began, end, AttemptEnd::Timeout);
+                finish_in(span, admission, Outcome::Failure { retry_after: None }, end);
                 (Err(self.elapsed(number, attempt_deadline)), frame_end)
             }
             // Any other error is the function's own, whenever it came: an
             // error returned at its timeout's instant is still that error.
             Ok((Err(error), frame_end)) => {
                 let verdict: Verdict = (self.classify)(&error).into();
-                admission.finish(Outcome::of_failure(verdict.class), end);
+                telemetry::attempt_ended(self.policy, &attempt_began, end, AttemptEnd::Failure);
+                finish_in(span, admission, Outcome::of_failure(verdict.class), end);
                 self.record(
                     number,
                     AttemptOutcome::Failed(verdict.class),
@@ -347,7 +408,8 @@ impl<C> Call<C> {
                 (Err(Failure::Failed(error, verdict)), frame_end)
             }
             Err(frame_end) => {
-                admission.finish(Outcome::Failure { retry_after: None }, end);
+                telemetry::attempt_ended(self.policy, &attempt_began, end, AttemptEnd::Timeout);
+                finish_in(span, admission, Outcome::Failure { retry_after: None }, end);
                 (Err(self.elapsed(number, attempt_deadline)), frame_end)
             }
         };
@@ -433,10 +495,100 @@ impl<C> Call<C> {
     }
 }
 
+impl<E> Failure<E> {
+    /// What telemetry says of this failure.
+    fn cause(&self) -> Cause {
+        match self {
+            Failure::Failed(_, verdict) => Cause::Error(verdict.class),
+            Failure::TimedOut(after) => Cause::TimedOut(*after),
+            Failure::Deadline => Cause::Deadline,
+            Failure::Refused(refusal) => Cause::Refused(refusal.clone()),
+        }
+    }
+}
+
+impl<C> Call<C> {
+    /// Records how the call ended and hands its result on.
+    fn end<T, E>(&self, result: Result<T, (E, CallOutcome)>) -> Result<T, E> {
+        match result {
+            Ok(value) => {
+                telemetry::call_ended(self.policy, &self.began, CallOutcome::Success);
+                Ok(value)
+            }
+            Err((error, outcome)) => {
+                // The expansion answers every error of such a call with
+                // its fallback.
+                let outcome = if self.policy.fallback {
+                    CallOutcome::Fallback
+                } else {
+                    outcome
+                };
+                telemetry::call_ended(self.policy, &self.began, outcome);
+                Err(error)
+            }
+        }
+    }
+
+    /// Traces a failure that ends the call without a decision of this
+    /// layer's retry loop: not retryable, refused, or a deadline.
+    fn trace_final<E>(
+        &self,
+        span: &CallSpan,
+        number: u32,
+        cause: &Cause,
+        error: &E,
+        describe: Describe<E>,
+    ) {
+        match cause {
+            Cause::Deadline if self.own_deadline => telemetry::gave_up(
+                self.policy,
+                span,
+                number,
+                cause,
+                error,
+                describe,
+                "the call's deadline passed",
+            ),
+            Cause::Deadline => telemetry::failed(
+                self.policy,
+                span,
+                number,
+                cause,
+                error,
+                describe,
+                "the enclosing attempt's deadline passed",
+            ),
+            Cause::Refused(_) => {
+                telemetry::failed(self.policy, span, number, cause, error, describe, "refused")
+            }
+            _ => telemetry::failed(
+                self.policy,
+                span,
+                number,
+                cause,
+                error,
+                describe,
+                "not retryable",
+            ),
+        }
+    }
+}
+
+/// Records an attempt's outcome inside the call's span, so that a breaker
+/// transition it causes is logged as part of the call.
+#[inline]
+#[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+fn finish_in(span: &CallSpan, admission: Admission<'_>, outcome: Outcome, end: Option<Instant>) {
+    #[cfg(feature = "tracing")]
+    let _in_span = span.enter();
+    admission.finish(outcome, end);
+}
+
 /// A call refused before its first attempt ran.
 fn refused<E>(
     policy: &'static Policy,
     path: &PathStart,
+    span: &CallSpan,
     error: Error,
     refuse: fn(Error) -> E,
     final_for_task: bool,
@@ -450,6 +602,7 @@ fn refused<E>(
             false,
         );
     }
+    telemetry::refused_before_start(policy, span, &error);
     if inherited_deadline.is_some() {
         if path.nested {
             frame::report_deadline(inherited_deadline);
@@ -471,12 +624,17 @@ fn refused<E>(
 /// Generic over the return type `R` rather than `Result<T, E>`, with the
 /// same bounds the expansion checks at the user's return type, so a
 /// function returning something else gets exactly one error, there.
-pub async fn once<R, C, V, M, Fut>(
+///
+/// A plain function returning [`once_described`]'s future, not an `async
+/// fn` around it: each layer of futures nests in the type of every
+/// enclosing annotated call's future, and deep nesting of calls meets the
+/// compiler's recursion limit when it proves the future `Send`.
+pub fn once<R, C, V, M, Fut>(
     policy: &'static Policy,
     classify: C,
     refuse: fn(Error) -> R::Error,
     make: M,
-) -> R
+) -> impl Future<Output = R>
 where
     M: FnOnce() -> Fut,
     Fut: Future<Output = R>,
@@ -484,50 +642,130 @@ where
     C: Fn(&R::Error) -> V,
     V: Into<Verdict>,
 {
-    R::from_result(once_inner(policy, classify, refuse, move || IntoResult::new(make())).await)
+    once_described(policy, classify, refuse, None, make)
 }
 
-async fn once_inner<T, E, C, V, M, Fut>(
+/// [`once`], with a way to show the function's error in telemetry
+/// (`describe`: `Some` when the error type is `Display`, found by the
+/// expansion where the type is known).
+pub fn once_described<R, C, V, M, Fut>(
     policy: &'static Policy,
     classify: C,
-    refuse: fn(Error) -> E,
+    refuse: fn(Error) -> R::Error,
+    describe: Describe<R::Error>,
     make: M,
-) -> Result<T, E>
+) -> impl Future<Output = R>
 where
     M: FnOnce() -> Fut,
-    Fut: Future<Output = Result<T, E>>,
-    C: Fn(&E) -> V,
+    Fut: Future<Output = R>,
+    R: ReturnsResult,
+    C: Fn(&R::Error) -> V,
     V: Into<Verdict>,
 {
-    let call = Call::begin(policy, classify, refuse)?;
-    let attempted = call.attempt(1, call.path.base, call.start, make).await;
+    once_inner::<R, _, _, _, _>(policy, classify, refuse, describe, move || {
+        IntoResult::new(make())
+    })
+}
+
+async fn once_inner<R, C, V, M, Fut>(
+    policy: &'static Policy,
+    classify: C,
+    refuse: fn(Error) -> R::Error,
+    describe: Describe<R::Error>,
+    make: M,
+) -> R
+where
+    R: ReturnsResult,
+    M: FnOnce() -> Fut,
+    Fut: Future<Output = Result<R::Ok, R::Error>>,
+    C: Fn(&R::Error) -> V,
+    V: Into<Verdict>,
+{
+    let span = telemetry::span(policy);
+    let call = match Call::begin(policy, &span, classify, refuse) {
+        Ok(call) => call,
+        Err(error) => return R::from_result(Err(error)),
+    };
+    let attempted = call
+        .attempt(&span, 1, call.path.base, call.start, make)
+        .await;
     if let Some(frame) = &attempted.frame {
         call.reach(frame.high);
         call.report_budget(frame.budget.clone());
     }
-    match attempted.result {
+    let result = match attempted.result {
         Ok(value) => Ok(value),
-        Err(failure) => match call.settle(failure, refuse) {
-            // Not retried here, so an enclosing layer may still retry it;
-            // a nested give-up, though, stays final for it too.
-            Settled::Retryable(error, _) => match attempted.frame {
-                Some(frame) if frame.gave_up > 0 => Err(call.give_up(error)),
-                _ => Err(error),
-            },
-            Settled::Final(error) => Err(error),
-        },
-    }
+        Err(failure) => {
+            let cause = failure.cause();
+            let outcome = cause.outcome();
+            match call.settle(failure, refuse) {
+                // Not retried here, so an enclosing layer may still retry it;
+                // a nested give-up, though, stays final for it too.
+                Settled::Retryable(error, _) => match attempted.frame {
+                    Some(frame) if frame.gave_up > 0 => {
+                        telemetry::gave_up(
+                            policy,
+                            &span,
+                            1,
+                            &cause,
+                            &error,
+                            describe,
+                            "a nested call gave up",
+                        );
+                        Err((call.give_up(error), outcome))
+                    }
+                    _ => {
+                        telemetry::failed(
+                            policy,
+                            &span,
+                            1,
+                            &cause,
+                            &error,
+                            describe,
+                            "no retries here",
+                        );
+                        Err((error, outcome))
+                    }
+                },
+                Settled::Final(error) => {
+                    call.trace_final(&span, 1, &cause, &error, describe);
+                    Err((error, outcome))
+                }
+            }
+        }
+    };
+    R::from_result(call.end(result))
 }
 
 /// Runs an annotated function's body up to `1 + retries` times: the
 /// expansion of a function with `retries`. `attempt` makes each attempt's
 /// future from fresh copies of the arguments.
-pub async fn retry<R, C, V, F, Fut>(
+/// A plain function for the reason given at [`once`].
+pub fn retry<R, C, V, F, Fut>(
     policy: &'static Policy,
     classify: C,
     refuse: fn(Error) -> R::Error,
     attempt: F,
-) -> R
+) -> impl Future<Output = R>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = R>,
+    R: ReturnsResult,
+    C: Fn(&R::Error) -> V,
+    V: Into<Verdict>,
+{
+    retry_described(policy, classify, refuse, None, attempt)
+}
+
+/// [`retry`], with a way to show the function's error in telemetry (see
+/// [`once_described`]).
+pub fn retry_described<R, C, V, F, Fut>(
+    policy: &'static Policy,
+    classify: C,
+    refuse: fn(Error) -> R::Error,
+    describe: Describe<R::Error>,
+    attempt: F,
+) -> impl Future<Output = R>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = R>,
@@ -536,134 +774,150 @@ where
     V: Into<Verdict>,
 {
     let mut attempt = attempt;
-    R::from_result(retry_loop(policy, classify, refuse, move || IntoResult::new(attempt())).await)
+    retry_loop::<R, _, _, _, _>(policy, classify, refuse, describe, move || {
+        IntoResult::new(attempt())
+    })
 }
 
-async fn retry_loop<T, E, C, V, F, Fut>(
+async fn retry_loop<R, C, V, F, Fut>(
     policy: &'static Policy,
     classify: C,
-    refuse: fn(Error) -> E,
+    refuse: fn(Error) -> R::Error,
+    describe: Describe<R::Error>,
     mut attempt: F,
-) -> Result<T, E>
+) -> R
 where
+    R: ReturnsResult,
     F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, E>>,
-    C: Fn(&E) -> V,
+    Fut: Future<Output = Result<R::Ok, R::Error>>,
+    C: Fn(&R::Error) -> V,
     V: Into<Verdict>,
 {
-    let call = Call::begin(policy, classify, refuse)?;
-    let mut delays = policy.backoff.delays();
-    let mut started = call.start;
-    // This call's position on its path: attempts that reached the end of
-    // the chain, its own and those of the enclosing layers before it.
-    let mut position = call.path.base;
-    let mut number: u32 = 0;
-    loop {
-        number += 1;
-        let attempted = call
-            .attempt(number, position, started.take(), &mut attempt)
-            .await;
-        let (nested_gave_up, nested_budget) = match attempted.frame {
-            Some(frame) => {
-                position = position.max(frame.high);
-                call.reach(position);
-                call.report_budget(frame.budget.clone());
-                (frame.gave_up > 0, frame.budget)
-            }
-            None => (false, None),
-        };
-        let (error, class) = match attempted.result {
-            Ok(value) => {
-                if policy.fallback && call.path.nested {
-                    frame::reach(position);
+    let span = telemetry::span(policy);
+    let call = match Call::begin(policy, &span, classify, refuse) {
+        Ok(call) => call,
+        Err(error) => return R::from_result(Err(error)),
+    };
+    // One block, not a nested `async fn`: see `once` on nesting.
+    let result: Result<R::Ok, (R::Error, CallOutcome)> = 'call: {
+        let mut delays = policy.backoff.delays();
+        let mut started = call.start;
+        // This call's position on its path: attempts that reached the end of
+        // the chain, its own and those of the enclosing layers before it.
+        let mut position = call.path.base;
+        let mut number: u32 = 0;
+        loop {
+            number += 1;
+            let attempted = call
+                .attempt(&span, number, position, started.take(), &mut attempt)
+                .await;
+            let (nested_gave_up, nested_budget) = match attempted.frame {
+                Some(frame) => {
+                    position = position.max(frame.high);
+                    call.reach(position);
+                    call.report_budget(frame.budget.clone());
+                    (frame.gave_up > 0, frame.budget)
                 }
-                return Ok(value);
+                None => (false, None),
+            };
+            let (error, class, cause) = match attempted.result {
+                Ok(value) => {
+                    if policy.fallback && call.path.nested {
+                        frame::reach(position);
+                    }
+                    break 'call Ok(value);
+                }
+                Err(failure) => {
+                    let cause = failure.cause();
+                    match call.settle(failure, refuse) {
+                        Settled::Retryable(error, class) => (error, class, cause),
+                        Settled::Final(error) => {
+                            call.trace_final(&span, number, &cause, &error, describe);
+                            break 'call Err((error, cause.outcome()));
+                        }
+                    }
+                }
+            };
+            let outcome = cause.outcome();
+            let give_up = |error: R::Error, why: &'static str| {
+                telemetry::gave_up(policy, &span, number, &cause, &error, describe, why);
+                Err((call.give_up(error), outcome))
+            };
+            // A nested layer already retried this failure and gave up: retrying
+            // here too would multiply attempts (one retrying layer).
+            if nested_gave_up {
+                break 'call give_up(error, "a nested call gave up");
             }
-            Err(failure) => match call.settle(failure, refuse) {
-                Settled::Retryable(error, class) => (error, class),
-                Settled::Final(error) => return Err(error),
-            },
-        };
-        // A nested layer already retried this failure and gave up: retrying
-        // here too would multiply attempts (one retrying layer).
-        if nested_gave_up {
-            trace_give_up(policy, number, "a nested call gave up");
-            return Err(call.give_up(error));
-        }
-        if number > policy.retries {
-            // A layer that never retries (only here for its fallback) has
-            // not retried this failure: an enclosing layer still may.
-            if policy.retries == 0 {
-                return Err(error);
+            if number > policy.retries {
+                // A layer that never retries (only here for its fallback) has
+                // not retried this failure: an enclosing layer still may.
+                if policy.retries == 0 {
+                    telemetry::failed(
+                        policy,
+                        &span,
+                        number,
+                        &cause,
+                        &error,
+                        describe,
+                        "no retries here",
+                    );
+                    break 'call Err((error, outcome));
+                }
+                break 'call give_up(error, "retries spent");
             }
-            trace_give_up(policy, number, "retries spent");
-            return Err(call.give_up(error));
-        }
-        // Another attempt would take the path past what its most generous
-        // layer allows: nested calls (cut by timeouts, say) already made
-        // those attempts.
-        if position >= call.path.cap {
-            trace_give_up(policy, number, "the path's attempts are spent");
-            return Err(call.give_up(error));
-        }
-        let mut delay = delays.next().unwrap_or(policy.backoff.cap());
-        if let Classification::Throttled {
-            retry_after: Some(floor),
-        } = class
-        {
-            // Without a deadline, a server that asks for more than the
-            // maximum is not retried at all: sooner would disobey it.
-            if call.deadline.is_none() && floor > MAX_RETRY_AFTER {
-                trace_give_up(policy, number, "Retry-After beyond the maximum wait");
-                return Err(call.give_up(error));
+            // Another attempt would take the path past what its most generous
+            // layer allows: nested calls (cut by timeouts, say) already made
+            // those attempts.
+            if position >= call.path.cap {
+                break 'call give_up(error, "the path's attempts are spent");
             }
-            delay = delay.max(floor);
-        }
-        let now = Instant::now();
-        // A sleep that would end at or after the deadline is not slept:
-        // the attempt after it could not finish in time.
-        if call
-            .deadline
-            .is_some_and(|d| now.checked_add(delay).is_none_or(|wake| wake >= d))
-        {
-            trace_give_up(policy, number, "deadline too close to retry");
-            return Err(call.give_up(error));
-        }
-        // The budget nearest the dependency is asked first, whichever
-        // layer retries: an enclosing layer's retry sends the same request
-        // down again.
-        let own = call.deps.budget_ref();
-        if let Some(nested) = nested_budget
-            .as_ref()
-            .filter(|n| !own.is_some_and(|o| n.same(o)))
-        {
-            if !nested.get().try_retry(now) {
-                trace_give_up(policy, number, "retry budget spent");
-                return Err(call.give_up(error));
+            let backoff = delays.next().unwrap_or(policy.backoff.cap());
+            let mut delay = backoff;
+            let mut source = DelaySource::Backoff;
+            if let Classification::Throttled {
+                retry_after: Some(floor),
+            } = class
+            {
+                // Without a deadline, a server that asks for more than the
+                // maximum is not retried at all: sooner would disobey it.
+                if call.deadline.is_none() && floor > MAX_RETRY_AFTER {
+                    break 'call give_up(error, "Retry-After beyond the maximum wait");
+                }
+                if floor > backoff {
+                    delay = floor;
+                    source = DelaySource::RetryAfter;
+                }
             }
+            let now = Instant::now();
+            // A sleep that would end at or after the deadline is not slept:
+            // the attempt after it could not finish in time.
+            if call
+                .deadline
+                .is_some_and(|d| now.checked_add(delay).is_none_or(|wake| wake >= d))
+            {
+                break 'call give_up(error, "deadline too close to retry");
+            }
+            // The budget nearest the dependency is asked first, whichever
+            // layer retries: an enclosing layer's retry sends the same request
+            // down again.
+            let own = call.deps.budget_ref();
+            if let Some(nested) = nested_budget
+                .as_ref()
+                .filter(|n| !own.is_some_and(|o| n.same(o)))
+            {
+                if !nested.get().try_retry(now) {
+                    break 'call give_up(error, "retry budget spent");
+                }
+            }
+            if !call.deps.try_retry(now) {
+                break 'call give_up(error, "retry budget spent");
+            }
+            let left = call.deadline.map(|d| d.saturating_duration_since(now));
+            telemetry::retrying(
+                policy, &span, number, &cause, &error, describe, delay, source, left,
+            );
+            tokio::time::sleep(delay).await;
         }
-        if !call.deps.try_retry(now) {
-            trace_give_up(policy, number, "retry budget spent");
-            return Err(call.give_up(error));
-        }
-        #[cfg(feature = "tracing")]
-        tracing::debug!(
-            function = policy.function,
-            retry = number,
-            delay_ms = delay.as_millis() as u64,
-            "resilient: retrying after a retryable failure"
-        );
-        tokio::time::sleep(delay).await;
-    }
-}
-
-#[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
-fn trace_give_up(policy: &Policy, attempts: u32, why: &'static str) {
-    #[cfg(feature = "tracing")]
-    tracing::debug!(
-        function = policy.function,
-        attempts,
-        why,
-        "resilient: giving up"
-    );
+    };
+    R::from_result(call.end(result))
 }

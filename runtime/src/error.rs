@@ -34,6 +34,28 @@ pub enum ErrorKind {
     /// The registry is strict and the name used by the function was not
     /// configured at start-up.
     UnknownName,
+    /// The process is shutting down gracefully (see
+    /// [`GracefulShutdown::drain`](crate::GracefulShutdown::drain)): new
+    /// calls are not admitted, so the calls already in flight can finish.
+    /// The call was not run; retrying it here would be refused again, so it
+    /// is final, like every refusal.
+    ShuttingDown,
+}
+
+impl ErrorKind {
+    /// The kind in snake case, as metrics label it (`reason="breaker_open"`)
+    /// and logs name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::DeadlineExceeded => "deadline_exceeded",
+            ErrorKind::AttemptTimedOut => "attempt_timed_out",
+            ErrorKind::BreakerOpen => "breaker_open",
+            ErrorKind::BulkheadFull => "bulkhead_full",
+            ErrorKind::LoadShed => "load_shed",
+            ErrorKind::UnknownName => "unknown_name",
+            ErrorKind::ShuttingDown => "shutting_down",
+        }
+    }
 }
 
 /// A refusal by `resilient`: a deadline passed, an attempt timed out, a
@@ -79,6 +101,10 @@ impl Error {
 
     pub(crate) fn unknown_name(name: Arc<str>) -> Self {
         Self::new(ErrorKind::UnknownName, Some(name), None)
+    }
+
+    pub(crate) fn shutting_down() -> Self {
+        Self::new(ErrorKind::ShuttingDown, None, None)
     }
 
     /// What kind of refusal this is.
@@ -153,6 +179,7 @@ impl fmt::Display for Error {
                 f,
                 "`{name}` is not configured in the registry, which refuses unknown names"
             ),
+            ErrorKind::ShuttingDown => f.write_str("not admitted: the service is shutting down"),
         }
     }
 }

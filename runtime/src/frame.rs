@@ -51,6 +51,9 @@ use crate::RetryBudget;
 #[derive(Debug, Clone, Copy)]
 struct Slot {
     present: bool,
+    /// Inside an attempt of some annotated call (not only a transparent
+    /// frame): a graceful shutdown still admits the call.
+    in_call: bool,
     cap: u32,
     base: u32,
     in_retry: bool,
@@ -68,6 +71,7 @@ struct Slot {
 impl Slot {
     const EMPTY: Slot = Slot {
         present: false,
+        in_call: false,
         cap: 0,
         base: 0,
         in_retry: false,
@@ -138,6 +142,8 @@ pub(crate) struct PathStart {
     pub(crate) deadline: Option<Instant>,
     /// There is an enclosing frame to report to.
     pub(crate) nested: bool,
+    /// Inside an attempt of an annotated call.
+    pub(crate) in_call: bool,
 }
 
 impl PathStart {
@@ -151,6 +157,7 @@ impl PathStart {
             observed: s.observed,
             deadline: s.deadline,
             nested: s.present,
+            in_call: s.in_call,
         }
     }
 }
@@ -193,6 +200,7 @@ impl Frame {
         Frame {
             slot: Slot {
                 present: true,
+                in_call: true,
                 cap: path.cap,
                 base,
                 in_retry,
@@ -214,6 +222,7 @@ impl Frame {
         Frame {
             slot: Slot {
                 present: true,
+                in_call: path.in_call,
                 cap: path.cap,
                 base: path.base,
                 in_retry: path.in_retry,
@@ -228,11 +237,14 @@ impl Frame {
         }
     }
 
-    /// The frame of a spawned task: a new path with the spawner's deadline.
+    /// The frame of a spawned task: a new path with the spawner's deadline
+    /// (and, for a graceful shutdown, the spawner's standing: work spawned
+    /// by an admitted call is part of it).
     pub(crate) fn spawned(deadline: Option<Instant>) -> Frame {
         Frame {
             slot: Slot {
                 present: true,
+                in_call: current().in_call,
                 deadline,
                 ..Slot::EMPTY
             },

@@ -13,13 +13,16 @@ use tokio::time::{Instant, Sleep};
 
 use crate::__private::ReturnsResult;
 use crate::frame::{Frame, FrameEnd, InFrame};
+use crate::telemetry::CallSpan;
 
 pin_project! {
     /// The body's future, run in its attempt's frame with the task's
-    /// deadline set to `deadline`, and cancelled when that passes. The
+    /// deadline set to `deadline`, and cancelled when that passes; inside
+    /// the call's span, so that what the body logs is the call's. The
     /// timer is set only once the body has had to wait: a body that is
     /// ready at once never touches tokio's timer.
-    pub(crate) struct Bounded<F> {
+    pub(crate) struct Bounded<'s, F> {
+        span: &'s CallSpan,
         #[pin]
         fut: InFrame<F>,
         deadline: Option<Instant>,
@@ -28,9 +31,10 @@ pin_project! {
     }
 }
 
-impl<F: Future> Bounded<F> {
-    pub(crate) fn new(deadline: Option<Instant>, frame: Frame, fut: F) -> Self {
+impl<'s, F: Future> Bounded<'s, F> {
+    pub(crate) fn new(deadline: Option<Instant>, frame: Frame, span: &'s CallSpan, fut: F) -> Self {
         Bounded {
+            span,
             fut: InFrame::new(frame, fut),
             deadline,
             sleep: None,
@@ -38,13 +42,16 @@ impl<F: Future> Bounded<F> {
     }
 }
 
-impl<F: Future> Future for Bounded<F> {
+impl<F: Future> Future for Bounded<'_, F> {
     /// The body's output, or `Err` when the deadline passed first; with
     /// what the attempt's frame collected either way.
     type Output = Result<(F::Output, FrameEnd), FrameEnd>;
 
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
+        #[cfg(feature = "tracing")]
+        let _in_span = this.span.enter();
         if let Poll::Ready(v) = this.fut.as_mut().poll(cx) {
             return Poll::Ready(Ok(v));
         }

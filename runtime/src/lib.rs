@@ -18,7 +18,9 @@ mod outcome;
 mod registry;
 mod report;
 mod rng;
+mod shutdown;
 mod sync;
+mod telemetry;
 mod time;
 
 mod breaker;
@@ -54,6 +56,12 @@ pub mod tonic;
 #[path = "private.rs"]
 pub mod __private;
 
+pub mod readiness;
+
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub mod metrics;
+
 pub use backoff::{Backoff, Delays};
 pub use classify::{Classification, Classify};
 pub use config::{ConfigError, Problem};
@@ -62,6 +70,7 @@ pub use engine::MAX_RETRY_AFTER;
 pub use error::{Error, ErrorKind};
 pub use grpc_timeout::{GrpcTimeout, InvalidGrpcTimeout};
 pub use key::{IdempotencyKey, InvalidIdempotencyKey};
+pub use readiness::{PartKind, Readiness, Unavailable};
 pub use registry::{
     AlreadyInstalled, FallbackSnapshot, Registry, RegistryBuilder, RegistrySnapshot,
 };
@@ -69,6 +78,7 @@ pub use report::{AttemptOutcome, AttemptRecord, Report, observe};
 #[doc = include_str!("docs/attribute.md")]
 pub use resilient_macros::resilient;
 pub use rng::seed_jitter;
+pub use shutdown::{DrainReport, GracefulShutdown};
 
 pub use breaker::*;
 pub use budget::*;

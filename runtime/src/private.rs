@@ -2,7 +2,8 @@
 //! with the macro, which is pinned to this exact crate version.
 
 pub use crate::Backoff;
-pub use crate::engine::{Policy, once, retry};
+pub use crate::engine::{Policy, once, once_described, retry, retry_described};
+pub use crate::telemetry::Describe;
 
 use crate::{Classification, Classify, Error, IdempotencyKey};
 
@@ -25,13 +26,79 @@ pub fn give_up_mark() -> u64 {
 /// degraded answer, which a dashboard should show. A call with a fallback
 /// never reports its give-up or its attempts to enclosing layers (see
 /// `Policy::fallback`), so they judge it by what the fallback returns.
+///
+/// Metrics count the call (`outcome="fallback"`) in the engine, which knows
+/// the call has a fallback; this only traces it (WARN: a caller got a
+/// degraded answer).
 pub fn fallback_served(policy: &'static Policy, _mark: u64) {
     crate::Registry::current().count_fallback(policy.function());
     #[cfg(feature = "tracing")]
     tracing::warn!(
+        target: "resilient",
         function = policy.function(),
-        "resilient: the call failed; serving its fallback"
+        "call failed; its fallback answers"
     );
+}
+
+/// Finds, where the error type is concrete, how telemetry shows it:
+/// `(&__private::DisplayProbe::<E>::new()).describer()` is
+/// `Some(display)` when `E: Display`, else `None` (autoref
+/// specialization: the `Display` impl is on the probe itself, the fallback
+/// on a reference to it, so method lookup tries the first one first).
+/// The engine itself cannot ask, as it is generic over `E` without a
+/// `Display` bound.
+pub struct DisplayProbe<E: ?Sized>(std::marker::PhantomData<fn(&E)>);
+
+impl<E: ?Sized> DisplayProbe<E> {
+    /// The probe.
+    pub const fn new() -> Self {
+        DisplayProbe(std::marker::PhantomData)
+    }
+}
+
+impl<E: ?Sized> Default for DisplayProbe<E> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<E: ?Sized> std::fmt::Debug for DisplayProbe<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DisplayProbe")
+    }
+}
+
+/// Chosen when the error type is `Display`.
+pub trait ViaDisplay {
+    /// The error type.
+    type Error;
+    /// Shows the error through its `Display`.
+    fn describer(&self) -> Describe<Self::Error>;
+}
+
+impl<E: std::fmt::Display> ViaDisplay for DisplayProbe<E> {
+    type Error = E;
+    fn describer(&self) -> Describe<E> {
+        fn show<E: std::fmt::Display>(error: &E) -> &dyn std::fmt::Display {
+            error
+        }
+        Some(show::<E>)
+    }
+}
+
+/// Chosen otherwise.
+pub trait ViaTypeName {
+    /// The error type.
+    type Error;
+    /// Nothing: telemetry shows the error's type name.
+    fn describer(&self) -> Describe<Self::Error>;
+}
+
+impl<E> ViaTypeName for &DisplayProbe<E> {
+    type Error = E;
+    fn describer(&self) -> Describe<E> {
+        None
+    }
 }
 
 /// The classifier of a function without its own `classify = path`.

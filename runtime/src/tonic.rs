@@ -64,9 +64,10 @@ impl From<crate::Error> for Status {
     fn from(e: crate::Error) -> Self {
         let code = match e.kind() {
             ErrorKind::DeadlineExceeded | ErrorKind::AttemptTimedOut => Code::DeadlineExceeded,
-            ErrorKind::BreakerOpen | ErrorKind::BulkheadFull | ErrorKind::LoadShed => {
-                Code::Unavailable
-            }
+            ErrorKind::BreakerOpen
+            | ErrorKind::BulkheadFull
+            | ErrorKind::LoadShed
+            | ErrorKind::ShuttingDown => Code::Unavailable,
             ErrorKind::UnknownName => Code::Internal,
         };
         let mut status = Status::new(code, e.to_string());

@@ -1,7 +1,11 @@
 //! The success path allocates nothing: after the first call (which finds
-//! and caches the call site's breaker, budget and bulkhead), a call through
-//! retries, a deadline, a timeout, a breaker, its budget and a bulkhead
-//! makes no heap allocation. Its own test binary, with a counting global
+//! and caches the call site's breaker, budget and bulkhead, and registers
+//! its metric handles), a call through retries, a deadline, a timeout, a
+//! breaker, its budget and a bulkhead makes no heap allocation. With the
+//! `tracing` and `metrics` features on (this crate enables them), checked
+//! with no subscriber and no recorder, with subscribers whose filters turn
+//! the call's span off (`OFF`, `WARN`) and one that records it (`INFO`, a
+//! bare registry), and with graceful shutdown counting calls in flight. Its own test binary, with a counting global
 //! allocator, run without the libtest harness (`harness = false` in
 //! `tests/Cargo.toml`): the allocator counts every thread, and libtest's
 //! main thread allocates while a test runs.
@@ -11,8 +15,10 @@ use std::future::Future;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
-use resilient::{Registry, resilient};
+use resilient::{GracefulShutdown, Registry, resilient};
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+use tracing_subscriber::filter::LevelFilter;
+use tracing_subscriber::layer::SubscriberExt;
 
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
@@ -43,11 +49,6 @@ fn poll_once<F: Future<Output = Result<u64, std::io::Error>>>(fut: F) -> u64 {
 }
 
 fn main() {
-    the_success_path_makes_no_heap_allocation();
-    println!("no_alloc: 1 passed, 0 failed");
-}
-
-fn the_success_path_makes_no_heap_allocation() {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
@@ -55,6 +56,25 @@ fn the_success_path_makes_no_heap_allocation() {
     let _guard = rt.enter();
     let scoped = Registry::builder().build().unwrap();
 
+    the_success_path_makes_no_heap_allocation(&scoped, "no subscriber, no recorder");
+    // OFF and WARN turn the call's INFO span off; INFO creates it (in
+    // tracing-subscriber's registry, whose slab reuses its slots).
+    for filter in [LevelFilter::OFF, LevelFilter::WARN, LevelFilter::INFO] {
+        let subscriber = tracing_subscriber::registry().with(filter);
+        tracing::subscriber::with_default(subscriber, || {
+            the_success_path_makes_no_heap_allocation(
+                &scoped,
+                &format!("a subscriber filtering at {filter}"),
+            );
+        });
+    }
+    let shutdown = GracefulShutdown::install();
+    the_success_path_makes_no_heap_allocation(&scoped, "graceful shutdown counting calls");
+    assert_eq!(shutdown.in_flight(), 0);
+    println!("no_alloc: 5 passed, 0 failed");
+}
+
+fn the_success_path_makes_no_heap_allocation(scoped: &Registry, case: &str) {
     // Warm up: the global registry, the call sites' caches, the scoped
     // registry's lazily created parts, tokio's thread-locals.
     for i in 0..10 {
@@ -79,7 +99,7 @@ fn the_success_path_makes_no_heap_allocation() {
     assert_eq!(sum, 3 * (1000 * 999 / 2 + 1000));
     assert_eq!(
         change.allocations, 0,
-        "allocations on the success path: {change:?}"
+        "allocations on the success path ({case}): {change:?}"
     );
-    assert_eq!(change.reallocations, 0, "{change:?}");
+    assert_eq!(change.reallocations, 0, "{case}: {change:?}");
 }

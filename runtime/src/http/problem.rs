@@ -17,14 +17,15 @@ pub const PROBLEM_JSON: &str = "application/problem+json";
 /// | refusal | status | why |
 /// |---|---|---|
 /// | deadline exceeded, attempt timed out | 504 Gateway Timeout | we could not get an answer from our dependency in time (RFC 9110 §15.6.5) |
-/// | breaker open, bulkhead full, load shed | 503 Service Unavailable | a temporary overload or outage, with `Retry-After` when known (§15.6.4) |
+/// | breaker open, bulkhead full, load shed, shutting down | 503 Service Unavailable | a temporary overload or outage, with `Retry-After` when known (§15.6.4); a draining instance, whose peers can take the request |
 /// | unknown name | 500 Internal Server Error | a configuration error of this server |
 pub fn refusal_status(e: &crate::Error) -> StatusCode {
     match e.kind() {
         ErrorKind::DeadlineExceeded | ErrorKind::AttemptTimedOut => StatusCode::GATEWAY_TIMEOUT,
-        ErrorKind::BreakerOpen | ErrorKind::BulkheadFull | ErrorKind::LoadShed => {
-            StatusCode::SERVICE_UNAVAILABLE
-        }
+        ErrorKind::BreakerOpen
+        | ErrorKind::BulkheadFull
+        | ErrorKind::LoadShed
+        | ErrorKind::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
         ErrorKind::UnknownName => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
@@ -37,6 +38,7 @@ fn kind_name(kind: ErrorKind) -> &'static str {
         ErrorKind::BulkheadFull => "bulkhead_full",
         ErrorKind::LoadShed => "load_shed",
         ErrorKind::UnknownName => "unknown_name",
+        ErrorKind::ShuttingDown => "shutting_down",
     }
 }
 

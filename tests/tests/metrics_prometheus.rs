@@ -1,0 +1,426 @@
+//! Metrics end to end: a real `metrics-exporter-prometheus` exporter
+//! listening on 127.0.0.1, annotated calls, and the text scraped over HTTP,
+//! asserting series and values.
+//!
+//! One test: the recorder is process-wide and call sites register their
+//! handles with the recorder installed at their first call.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use metrics_exporter_prometheus::PrometheusBuilder;
+use resilient::metrics as names;
+use resilient::{
+    BreakerConfig, BulkheadConfig, Classification, Classify, Registry, State, resilient,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+#[derive(Debug)]
+enum E {
+    Unavailable,
+    Refused(resilient::Error),
+}
+
+impl fmt::Display for E {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("unavailable")
+    }
+}
+
+impl From<resilient::Error> for E {
+    fn from(e: resilient::Error) -> Self {
+        E::Refused(e)
+    }
+}
+
+impl Classify for E {
+    fn classify(&self) -> Classification {
+        match self {
+            E::Unavailable => Classification::Transient,
+            E::Refused(e) => e.classify(),
+        }
+    }
+}
+
+fn fail_while(fails: &AtomicU32) -> Result<u32, E> {
+    if fails
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+    {
+        Err(E::Unavailable)
+    } else {
+        Ok(1)
+    }
+}
+
+#[resilient(breaker = "m-pay")]
+async fn pay() -> Result<u32, E> {
+    Ok(1)
+}
+
+#[resilient(retries = 2, idempotent, base_ms = 1, cap_ms = 1, breaker = "m-flaky")]
+async fn flaky(fails: &AtomicU32) -> Result<u32, E> {
+    fail_while(fails)
+}
+
+#[resilient(retries = 1, idempotent, base_ms = 1, cap_ms = 1)]
+async fn always_fails() -> Result<u32, E> {
+    Err(E::Unavailable)
+}
+
+#[resilient(timeout_ms = 10)]
+async fn hangs() -> Result<u32, E> {
+    std::future::pending::<()>().await;
+    Ok(1)
+}
+
+#[resilient(bulkhead = "m-full")]
+async fn behind_full_bulkhead() -> Result<u32, E> {
+    Ok(1)
+}
+
+#[resilient(bulkhead = "m-wait")]
+async fn waits_for_a_slot() -> Result<u32, E> {
+    Ok(1)
+}
+
+async fn degraded(_error: E) -> Result<u32, E> {
+    Ok(0)
+}
+
+#[resilient(retries = 1, idempotent, base_ms = 1, cap_ms = 1, fallback = degraded)]
+async fn with_fallback() -> Result<u32, E> {
+    Err(E::Unavailable)
+}
+
+/// The Prometheus text over HTTP/1.0 (no chunked encoding) on loopback.
+async fn scrape(port: u16) -> String {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("the exporter listens");
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .await
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    assert!(response.starts_with("HTTP/1.0 200") || response.starts_with("HTTP/1.1 200"));
+    let (_, body) = response.split_once("\r\n\r\n").expect("a body");
+    body.to_owned()
+}
+
+/// Every sample of the scrape: (name, labels) -> value.
+type Samples = BTreeMap<(String, BTreeMap<String, String>), f64>;
+
+fn parse(text: &str) -> Samples {
+    let mut samples = Samples::new();
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let (series, value) = line.rsplit_once(' ').unwrap();
+        let (name, labels) = match series.split_once('{') {
+            Some((name, rest)) => {
+                let inner = rest.strip_suffix('}').unwrap();
+                let labels = inner
+                    .split("\",")
+                    .filter(|kv| !kv.is_empty())
+                    .map(|kv| {
+                        let (k, v) = kv.split_once("=\"").unwrap();
+                        (k.to_owned(), v.trim_end_matches('"').to_owned())
+                    })
+                    .collect();
+                (name, labels)
+            }
+            None => (series, BTreeMap::new()),
+        };
+        samples.insert((name.to_owned(), labels), value.parse().unwrap());
+    }
+    samples
+}
+
+fn get(samples: &Samples, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let labels: BTreeMap<String, String> = labels
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    *samples
+        .get(&(name.to_owned(), labels.clone()))
+        .unwrap_or_else(|| {
+            let near: Vec<_> = samples.keys().filter(|(n, _)| n == name).collect();
+            panic!("no series {name}{labels:?}; series of that name: {near:?}")
+        })
+}
+
+const F: &str = "metrics_prometheus::";
+
+#[tokio::test]
+async fn a_prometheus_scrape_shows_calls_attempts_retries_and_every_part() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    PrometheusBuilder::new()
+        .with_http_listener(([127, 0, 0, 1], port))
+        .set_buckets(&[0.001, 0.01, 0.1, 1.0])
+        .unwrap()
+        .install()
+        .expect("the recorder installs before any annotated call");
+
+    let registry = Registry::builder()
+        .breaker("m-pay", BreakerConfig::default())
+        .bulkhead("m-full", BulkheadConfig::default().max_concurrent(1))
+        .bulkhead(
+            "m-wait",
+            BulkheadConfig::default()
+                .max_concurrent(1)
+                .max_wait(Duration::from_secs(10)),
+        )
+        .build()
+        .unwrap();
+    let _publisher =
+        resilient::metrics::spawn_publisher(registry.clone(), Duration::from_secs(3600));
+
+    // Three successes; then the breaker is forced open and refuses one.
+    for _ in 0..3 {
+        registry.scope(pay()).await.unwrap();
+    }
+    registry
+        .breaker("m-pay")
+        .unwrap()
+        .transition_to(State::ForcedOpen);
+    assert!(matches!(registry.scope(pay()).await, Err(E::Refused(_))));
+
+    // One failure then a success: one retry.
+    let fails = AtomicU32::new(1);
+    registry.scope(flaky(&fails)).await.unwrap();
+    // Two failed attempts, then the call fails.
+    assert!(registry.scope(always_fails()).await.is_err());
+    // The attempt timeout cuts the only attempt.
+    assert!(registry.scope(hangs()).await.is_err());
+    // The fallback answers.
+    assert_eq!(registry.scope(with_fallback()).await.unwrap(), 0);
+
+    // A full bulkhead refuses at once (no `max_wait`).
+    let full = registry.scope(behind_full_bulkhead()).await; // creates nothing: configured
+    assert!(full.is_ok());
+    let bulkhead = registry.bulkhead("m-full").unwrap();
+    let held = bulkhead.try_acquire().unwrap();
+    assert!(matches!(
+        registry.scope(behind_full_bulkhead()).await,
+        Err(E::Refused(e)) if e.kind() == resilient::ErrorKind::BulkheadFull
+    ));
+
+    // A call waits for a slot of another bulkhead while we scrape.
+    let waiting_bulkhead = registry.bulkhead("m-wait").unwrap();
+    let wait_permit = waiting_bulkhead.try_acquire().unwrap();
+    let waiter = tokio::spawn(registry.scope(waits_for_a_slot()));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    resilient::metrics::publish(&registry);
+    let during = parse(&scrape(port).await);
+    assert_eq!(
+        get(&during, names::BULKHEAD_WAITING, &[("bulkhead", "m-wait")]),
+        1.0
+    );
+    assert_eq!(
+        get(
+            &during,
+            names::BULKHEAD_IN_FLIGHT,
+            &[("bulkhead", "m-full")]
+        ),
+        1.0
+    );
+    drop(wait_permit);
+    assert_eq!(waiter.await.unwrap().unwrap(), 1);
+    drop(held);
+
+    resilient::metrics::publish(&registry);
+    let s = parse(&scrape(port).await);
+
+    // Calls by outcome.
+    let pay = format!("{F}pay");
+    let calls = |function: &str, outcome: &str| {
+        get(
+            &s,
+            names::CALLS,
+            &[("function", function), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(calls(&pay, "success"), 3.0);
+    assert_eq!(calls(&pay, "failure"), 0.0);
+    assert_eq!(
+        get(
+            &s,
+            names::CALLS,
+            &[
+                ("function", &pay),
+                ("outcome", "refused"),
+                ("reason", "breaker_open")
+            ]
+        ),
+        1.0
+    );
+    assert_eq!(calls(&format!("{F}flaky"), "success"), 1.0);
+    assert_eq!(calls(&format!("{F}always_fails"), "failure"), 1.0);
+    assert_eq!(calls(&format!("{F}hangs"), "timeout"), 1.0);
+    assert_eq!(calls(&format!("{F}with_fallback"), "fallback"), 1.0);
+    assert_eq!(calls(&format!("{F}with_fallback"), "failure"), 0.0);
+    assert_eq!(
+        get(
+            &s,
+            names::CALLS,
+            &[
+                ("function", &format!("{F}behind_full_bulkhead")),
+                ("outcome", "refused"),
+                ("reason", "bulkhead_full")
+            ]
+        ),
+        1.0
+    );
+
+    // Attempts and retries.
+    let attempts = |function: &str, outcome: &str| {
+        get(
+            &s,
+            names::ATTEMPTS,
+            &[("function", function), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(attempts(&format!("{F}flaky"), "failure"), 1.0);
+    assert_eq!(attempts(&format!("{F}flaky"), "success"), 1.0);
+    assert_eq!(attempts(&format!("{F}always_fails"), "failure"), 2.0);
+    assert_eq!(attempts(&format!("{F}hangs"), "timeout"), 1.0);
+    assert_eq!(attempts(&pay, "refused"), 1.0);
+    let retries = |function: &str| get(&s, names::RETRIES, &[("function", function)]);
+    assert_eq!(retries(&format!("{F}flaky")), 1.0);
+    assert_eq!(retries(&format!("{F}always_fails")), 1.0);
+    assert_eq!(retries(&pay), 0.0);
+
+    // Latency histograms: one sample per call and per attempt; the timed-out
+    // attempt ran for its 10 ms timeout.
+    let count = |name: &str, function: &str, outcome: &str| {
+        get(
+            &s,
+            &format!("{name}_count"),
+            &[("function", function), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(count(names::CALL_DURATION, &pay, "success"), 3.0);
+    assert_eq!(
+        count(
+            names::ATTEMPT_DURATION,
+            &format!("{F}always_fails"),
+            "failure"
+        ),
+        2.0
+    );
+    let hang = get(
+        &s,
+        &format!("{}_sum", names::ATTEMPT_DURATION),
+        &[("function", &format!("{F}hangs")), ("outcome", "timeout")],
+    );
+    assert!(
+        (0.010..0.5).contains(&hang),
+        "the attempt ran 10 ms: {hang}"
+    );
+    assert_eq!(
+        get(
+            &s,
+            &format!("{}_bucket", names::ATTEMPT_DURATION),
+            &[
+                ("function", &format!("{F}hangs")),
+                ("outcome", "timeout"),
+                ("le", "0.001")
+            ]
+        ),
+        0.0
+    );
+
+    // Breakers: state gauge, transitions, refusals, ratios (NaN: too few calls).
+    let state = |state: &str| {
+        get(
+            &s,
+            names::BREAKER_STATE,
+            &[("breaker", "m-pay"), ("state", state)],
+        )
+    };
+    assert_eq!(state("forced_open"), 1.0);
+    assert_eq!(state("closed"), 0.0);
+    assert_eq!(
+        get(
+            &s,
+            names::BREAKER_TRANSITIONS,
+            &[
+                ("breaker", "m-pay"),
+                ("from", "closed"),
+                ("to", "forced_open")
+            ]
+        ),
+        1.0
+    );
+    assert_eq!(
+        get(&s, names::BREAKER_NOT_PERMITTED, &[("breaker", "m-pay")]),
+        1.0
+    );
+    assert!(get(&s, names::BREAKER_FAILURE_RATIO, &[("breaker", "m-flaky")]).is_nan());
+    assert_eq!(
+        get(&s, names::BREAKER_BUFFERED_CALLS, &[("breaker", "m-flaky")]),
+        2.0
+    );
+
+    // Bulkheads: nothing in flight or waiting now; one refusal.
+    assert_eq!(
+        get(&s, names::BULKHEAD_IN_FLIGHT, &[("bulkhead", "m-full")]),
+        0.0
+    );
+    assert_eq!(
+        get(&s, names::BULKHEAD_WAITING, &[("bulkhead", "m-wait")]),
+        0.0
+    );
+    assert_eq!(
+        get(
+            &s,
+            names::BULKHEAD_MAX_CONCURRENT,
+            &[("bulkhead", "m-full")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        get(&s, names::BULKHEAD_REFUSED, &[("bulkhead", "m-full")]),
+        1.0
+    );
+
+    // Budgets: the flaky call's retry was granted by its dependency's budget.
+    assert_eq!(
+        get(&s, names::BUDGET_GRANTED, &[("budget", "m-flaky")]),
+        1.0
+    );
+    assert_eq!(
+        get(&s, names::BUDGET_REFUSED, &[("budget", "m-flaky")]),
+        0.0
+    );
+    assert!(get(&s, names::BUDGET_REMAINING, &[("budget", "m-flaky")]) >= 0.0);
+
+    // Shutdown gauges exist and say "running".
+    assert_eq!(get(&s, names::SHUTTING_DOWN, &[]), 0.0);
+
+    // Labels come only from function and part names and fixed words.
+    for (name, labels) in s.keys() {
+        if name.starts_with("resilient_") {
+            for key in labels.keys() {
+                assert!(
+                    [
+                        "function", "outcome", "reason", "breaker", "bulkhead", "budget", "state",
+                        "from", "to", "le", "quantile"
+                    ]
+                    .contains(&key.as_str()),
+                    "unexpected label {key} on {name}"
+                );
+            }
+        }
+    }
+}

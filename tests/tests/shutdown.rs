@@ -1,0 +1,169 @@
+//! Graceful shutdown with calls in flight, on tokio's paused clock: new
+//! calls refused with `ShuttingDown`, readiness not ready, calls in flight
+//! (their retries and nested calls included) left to finish, the drain
+//! bounded and its report exact.
+//!
+//! The shutdown state is the process's, so these tests take turns.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use resilient::{Classification, Classify, ErrorKind, GracefulShutdown, Registry, resilient};
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
+
+#[derive(Debug)]
+enum E {
+    Flaky,
+    Refused(resilient::Error),
+}
+
+impl From<resilient::Error> for E {
+    fn from(e: resilient::Error) -> Self {
+        E::Refused(e)
+    }
+}
+
+impl Classify for E {
+    fn classify(&self) -> Classification {
+        match self {
+            E::Flaky => Classification::Transient,
+            E::Refused(e) => e.classify(),
+        }
+    }
+}
+
+fn refusal(result: Result<u32, E>) -> Option<ErrorKind> {
+    match result {
+        Err(E::Refused(e)) => Some(e.kind()),
+        _ => None,
+    }
+}
+
+/// Works for `secs`, then asks a nested annotated call.
+#[resilient(deadline_ms = 120_000)]
+async fn work(secs: u64) -> Result<u32, E> {
+    tokio::time::sleep(Duration::from_secs(secs)).await;
+    nested().await
+}
+
+#[resilient(timeout_ms = 1_000)]
+async fn nested() -> Result<u32, E> {
+    Ok(1)
+}
+
+/// Fails its first attempt, then succeeds after a 2 s backoff.
+#[resilient(
+    retries = 2,
+    idempotent,
+    backoff = "exponential",
+    base_ms = 2_000,
+    cap_ms = 2_000
+)]
+async fn flaky(fails: &AtomicU32) -> Result<u32, E> {
+    if fails
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+    {
+        Err(E::Flaky)
+    } else {
+        Ok(2)
+    }
+}
+
+/// Lets spawned tasks run up to their first sleep.
+async fn settle() {
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drain_refuses_new_calls_and_waits_for_the_calls_in_flight_up_to_its_bound() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let shutdown = GracefulShutdown::install();
+    assert_eq!(shutdown.in_flight(), 0);
+
+    let short = tokio::spawn(work(5));
+    let long = tokio::spawn(work(50));
+    static FAILS: AtomicU32 = AtomicU32::new(1);
+    let retried = tokio::spawn(flaky(&FAILS));
+    settle().await;
+    assert_eq!(shutdown.in_flight(), 3);
+    assert!(Registry::current().readiness().ready);
+
+    let start = Instant::now();
+    let drain = tokio::spawn(async move { shutdown.drain(Duration::from_secs(10)).await });
+    settle().await;
+
+    // Draining: new calls are refused at once, and readiness says so.
+    assert!(shutdown.is_draining());
+    assert_eq!(refusal(work(0).await), Some(ErrorKind::ShuttingDown));
+    assert_eq!(refusal(nested().await), Some(ErrorKind::ShuttingDown));
+    let readiness = Registry::current().readiness();
+    assert!(!readiness.ready);
+    assert!(readiness.shutting_down);
+
+    // Calls in flight finish: the retry after the backoff and the nested
+    // call after 5 s are part of them and are admitted.
+    assert_eq!(retried.await.unwrap().unwrap(), 2);
+    assert_eq!(short.await.unwrap().unwrap(), 1);
+
+    // The long call outlives the bound: the drain reports it.
+    let report = drain.await.unwrap();
+    assert_eq!(report.still_running, 1);
+    assert!(!report.is_clean());
+    assert_eq!(report.waited, Duration::from_secs(10));
+    assert_eq!(start.elapsed(), Duration::from_secs(10));
+    assert_eq!(report.to_string(), "1 call(s) still running after 10s");
+
+    // The drain never cancels: the long call still completes.
+    assert_eq!(long.await.unwrap().unwrap(), 1);
+    assert_eq!(shutdown.in_flight(), 0);
+
+    shutdown.resume();
+    assert!(!shutdown.is_draining());
+    assert_eq!(work(0).await.unwrap(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drain_returns_when_the_last_call_ends_not_at_its_bound() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let shutdown = GracefulShutdown::install();
+    let call = tokio::spawn(work(3));
+    settle().await;
+    let start = Instant::now();
+    let report = shutdown.drain(Duration::from_secs(30)).await;
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.waited, Duration::from_secs(3));
+    assert_eq!(start.elapsed(), Duration::from_secs(3));
+    assert_eq!(call.await.unwrap().unwrap(), 1);
+    shutdown.resume();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drain_with_nothing_in_flight_returns_at_once() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let shutdown = GracefulShutdown::install();
+    let report = shutdown.drain(Duration::from_secs(30)).await;
+    assert!(report.is_clean());
+    assert_eq!(report.waited, Duration::ZERO);
+    shutdown.resume();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_call_leaves_the_in_flight_count() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let shutdown = GracefulShutdown::install();
+    let call = tokio::spawn(work(60));
+    settle().await;
+    assert_eq!(shutdown.in_flight(), 1);
+    call.abort();
+    assert!(call.await.unwrap_err().is_cancelled());
+    assert_eq!(shutdown.in_flight(), 0);
+    let report = shutdown.drain(Duration::from_secs(30)).await;
+    assert!(report.is_clean());
+    shutdown.resume();
+}
