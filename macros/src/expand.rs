@@ -224,9 +224,24 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
     };
 
     let policy_ident = format_ident!("__RESILIENT_POLICY", span = Span::mixed_site());
+    // How telemetry shows the function's error: by its `Display` when the
+    // named error type has one (found here, where the type is concrete, by
+    // autoref specialisation), else by its type name.
+    let describe = if ret_hint.to_string() == "_" {
+        quote!(::core::option::Option::None)
+    } else {
+        let probe = format_ident!("__resilient_describe", span = Span::mixed_site());
+        quote_spanned! {ret_span=> {
+            #[allow(unused_imports)]
+            use #krate_at_ret::__private::{ViaDisplay as _, ViaTypeName as _};
+            #[allow(clippy::needless_borrow)]
+            let #probe = (&#krate_at_ret::__private::DisplayProbe::<<#ret_hint as #krate_at_ret::__private::ReturnsResult>::Error>::new()).describer();
+            #probe
+        }}
+    };
     let call = if checked.reuses_arguments {
         let engine = quote_spanned! {ret_span=>
-            #krate_at_ret::__private::retry::<#ret_hint, _, _, _, _>(&#policy_ident, #classifier, #krate_at_ret::__private::refusal_into::<#ret_hint>(), || {
+            #krate_at_ret::__private::retry_described::<#ret_hint, _, _, _, _>(&#policy_ident, #classifier, #krate_at_ret::__private::refusal_into::<#ret_hint>(), #describe, || {
                 #(#rebinds)*
                 async move #attempt
             })
@@ -266,7 +281,7 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
         }
     } else {
         quote_spanned! {ret_span=>
-            #krate_at_ret::__private::once::<#ret_hint, _, _, _, _>(&#policy_ident, #classifier, #krate_at_ret::__private::refusal_into::<#ret_hint>(), move || async move #attempt)
+            #krate_at_ret::__private::once_described::<#ret_hint, _, _, _, _>(&#policy_ident, #classifier, #krate_at_ret::__private::refusal_into::<#ret_hint>(), #describe, move || async move #attempt)
         }
     };
 

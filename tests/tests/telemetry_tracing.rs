@@ -278,12 +278,9 @@ async fn a_failed_then_retried_call_is_one_span_with_one_event_per_failed_attemp
     assert_eq!(retrying.field("delay_from"), "backoff");
     assert_eq!(retrying.field("deadline_left_ms"), "10000");
     assert_eq!(retrying.field("function"), "telemetry_tracing::charge");
-    // The expansion does not yet tell the engine that `E` is `Display`: the
-    // event names the type (see `display_of_the_error_when_the_call_site_knows_it`).
-    assert_eq!(
-        retrying.field("error"),
-        "an error of type `telemetry_tracing::E`"
-    );
+    // `E` is `Display`, and the expansion tells the engine so: the event
+    // shows the error as its `Display` says.
+    assert_eq!(retrying.field("error"), "503 from the payments API");
 }
 
 #[tokio::test(start_paused = true)]
