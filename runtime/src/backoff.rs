@@ -1,8 +1,11 @@
 //! How long to wait before the next attempt.
 //!
 //! The four strategies and their formulas are those of Marc Brooker,
-//! "Exponential Backoff And Jitter", AWS Architecture Blog (2015), where `n`
-//! counts retries from 0, `base` is the first delay and `cap` the largest:
+//! "Exponential Backoff And Jitter", AWS Architecture Blog (2015). Here `n`
+//! counts retries from 0, so `base` is the ceiling of the first delay and
+//! `cap` the largest (the article's simulator counts its first retry as
+//! exponent 1, a first ceiling of `2 * base`; we keep `base_ms` the longest
+//! first wait, as users read it):
 //!
 //! | strategy | delay before retry `n` |
 //! |---|---|
@@ -12,10 +15,13 @@
 //! | `exponential` | `min(cap, base * 2^n)`, no jitter |
 //!
 //! In the article's simulation of many clients contending for one
-//! resource, plain exponential backoff (clients retrying in lock-step) did
-//! by far the most work; of the jittered strategies, full jitter did the
+//! resource, exponential backoff without jitter (clients retrying in
+//! lock-step) helped the work only a little over no backoff at all and took
+//! by far the longest; of the jittered strategies, full jitter did the
 //! least work, finishing only slightly later than decorrelated jitter;
-//! hence the default. The default
+//! hence the default. The README's results section reruns that experiment
+//! with this code (`cargo run --release -p resilient-examples --example
+//! backoff_experiment`). The default
 //! `base` of 100 ms and `cap` of 30 s keep the first retry quick and stop the
 //! doubling before a delay outlives any sensible deadline.
 
