@@ -18,6 +18,11 @@
 //!
 //! Run with `cargo run -p resilient-examples --example payments`
 //! (optionally `-- CHARGES`, default 400: one every 25 ms, about 12 s).
+//!
+//! Ctrl-C (or SIGTERM) shuts the client down gracefully: no new charge
+//! starts, new annotated calls are refused with `ShuttingDown`, the charges
+//! in flight (their retries and reconciliations included) get up to 10 s to
+//! finish, and the summary says how many were still running.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -302,6 +307,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         None => 400,
     };
     client::load_registry()?;
+    // Counts the calls in flight, so that a signal can drain them.
+    let shutdown = resilient::GracefulShutdown::install();
 
     let transitions = Arc::new(Mutex::new(Vec::new()));
     let started = Instant::now();
@@ -341,16 +348,26 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let http = reqwest::Client::new();
     let tally = Arc::new(Tally::default());
     let next = Arc::new(AtomicU32::new(0));
+    let stopping = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut workers = Vec::new();
     for _ in 0..CONCURRENCY {
-        let (http, base, tally, next) = (http.clone(), base.clone(), tally.clone(), next.clone());
+        let (http, base, tally, next, stopping) = (
+            http.clone(),
+            base.clone(),
+            tally.clone(),
+            next.clone(),
+            stopping.clone(),
+        );
         workers.push(tokio::spawn(async move {
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= charges {
+                if i >= charges || stopping.load(Ordering::Relaxed) {
                     break;
                 }
                 tokio::time::sleep_until((started + PACE * i).into()).await;
+                if stopping.load(Ordering::Relaxed) {
+                    break;
+                }
                 let key = IdempotencyKey::random();
                 let cents = fastrand::u64(100..10_000);
                 let (result, report) =
@@ -411,8 +428,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         })
     };
-    for worker in workers {
-        worker.await?;
+    let all_done = async {
+        for worker in workers {
+            worker.await?;
+        }
+        Ok::<(), tokio::task::JoinError>(())
+    };
+    let mut drained = None;
+    tokio::select! {
+        done = all_done => done?,
+        () = stop_signal() => {
+            // Stop starting charges; refuse new annotated calls; give the
+            // charges in flight (retries and lookups included) time to end.
+            stopping.store(true, Ordering::Relaxed);
+            println!("\n  signal: draining the charges in flight (at most 10 s)");
+            drained = Some(shutdown.drain(Duration::from_secs(10)).await);
+        }
     }
     progress.abort();
     let elapsed = started.elapsed();
@@ -425,7 +456,25 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         &transitions.lock().unwrap(),
         elapsed,
     );
+    if let Some(report) = drained {
+        println!("  stopped by a signal          {report}");
+    }
     Ok(())
+}
+
+/// Ctrl-C, or SIGTERM where there is one (what an orchestrator sends).
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            Some(()) = async { term.as_mut()?.recv().await } => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
 }
 
 fn summary(
@@ -466,7 +515,7 @@ fn summary(
         + count(Outcome::Unknown);
 
     println!("\n== summary ({:.1} s)", elapsed.as_secs_f64());
-    println!("  charges requested            {charges}");
+    println!("  charges requested            {}", results.len());
     println!("  charged (client saw success) {}", count(Outcome::Charged));
     println!("  failed                       {failed}");
     println!(
