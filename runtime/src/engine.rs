@@ -625,29 +625,13 @@ fn refused<E>(
 /// same bounds the expansion checks at the user's return type, so a
 /// function returning something else gets exactly one error, there.
 ///
-/// A plain function returning [`once_described`]'s future, not an `async
-/// fn` around it: each layer of futures nests in the type of every
+/// A plain function returning an `async fn`'s future, not an `async fn`
+/// around it: each layer of futures nests in the type of every
 /// enclosing annotated call's future, and deep nesting of calls meets the
 /// compiler's recursion limit when it proves the future `Send`.
-pub fn once<R, C, V, M, Fut>(
-    policy: &'static Policy,
-    classify: C,
-    refuse: fn(Error) -> R::Error,
-    make: M,
-) -> impl Future<Output = R>
-where
-    M: FnOnce() -> Fut,
-    Fut: Future<Output = R>,
-    R: ReturnsResult,
-    C: Fn(&R::Error) -> V,
-    V: Into<Verdict>,
-{
-    once_described(policy, classify, refuse, None, make)
-}
-
-/// [`once`], with a way to show the function's error in telemetry
-/// (`describe`: `Some` when the error type is `Display`, found by the
-/// expansion where the type is known).
+///
+/// `describe` shows the function's error in telemetry: `Some` when the
+/// error type is `Display`, found by the expansion where the type is known.
 pub fn once_described<R, C, V, M, Fut>(
     policy: &'static Policy,
     classify: C,
@@ -740,25 +724,8 @@ where
 /// Runs an annotated function's body up to `1 + retries` times: the
 /// expansion of a function with `retries`. `attempt` makes each attempt's
 /// future from fresh copies of the arguments.
-/// A plain function for the reason given at [`once`].
-pub fn retry<R, C, V, F, Fut>(
-    policy: &'static Policy,
-    classify: C,
-    refuse: fn(Error) -> R::Error,
-    attempt: F,
-) -> impl Future<Output = R>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = R>,
-    R: ReturnsResult,
-    C: Fn(&R::Error) -> V,
-    V: Into<Verdict>,
-{
-    retry_described(policy, classify, refuse, None, attempt)
-}
-
-/// [`retry`], with a way to show the function's error in telemetry (see
-/// [`once_described`]).
+/// A plain function for the reason given at [`once_described`].
+/// `describe` as for [`once_described`].
 pub fn retry_described<R, C, V, F, Fut>(
     policy: &'static Policy,
     classify: C,
@@ -798,7 +765,7 @@ where
         Ok(call) => call,
         Err(error) => return R::from_result(Err(error)),
     };
-    // One block, not a nested `async fn`: see `once` on nesting.
+    // One block, not a nested `async fn`: see `once_described` on nesting.
     let result: Result<R::Ok, (R::Error, CallOutcome)> = 'call: {
         let mut delays = policy.backoff.delays();
         let mut started = call.start;

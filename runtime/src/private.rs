@@ -2,7 +2,7 @@
 //! with the macro, which is pinned to this exact crate version.
 
 pub use crate::Backoff;
-pub use crate::engine::{Policy, once, once_described, retry, retry_described};
+pub use crate::engine::{Policy, once_described, retry_described};
 pub use crate::telemetry::Describe;
 
 use crate::{Classification, Classify, Error, IdempotencyKey};
