@@ -359,9 +359,10 @@ impl<C> Call<C> {
             }
         };
         // A request earns retry budget once, when it really goes out: not
-        // when refused locally, and not again when an enclosing layer
-        // retries it.
-        if number == 1 && !self.path.in_retry {
+        // when refused locally, not again when an enclosing layer retries
+        // it, and not at all when no layer on its path can retry (the
+        // budget only ever pays for retries of requests that may have one).
+        if number == 1 && !self.path.in_retry && self.path.cap > 1 {
             self.deps.on_request(body_start.or(now));
         }
         let timeout_at = body_start.and_then(|start| start.checked_add(self.policy.timeout?));
