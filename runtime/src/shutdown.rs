@@ -26,8 +26,11 @@
 //! [`ErrorKind::ShuttingDown`](crate::ErrorKind::ShuttingDown). Calls
 //! nested inside an admitted call, and the retries of admitted calls, still
 //! run: refusing them would fail the very calls the drain waits for. A task
-//! spawned from inside a call does not carry that call's context (tokio does
-//! not pass task-locals to spawned tasks), so its calls count as new.
+//! spawned from inside a call with `tokio::spawn` alone does not carry that
+//! call's context (tokio does not pass task-locals to spawned tasks), so its
+//! calls count as new; wrapped in [`propagate`](crate::propagate), it does,
+//! and its calls are part of the work in flight. Calls in a server handler
+//! wrapped by `ResilienceLayer` or [`observe`](crate::observe) only are new.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
