@@ -73,6 +73,15 @@ async fn flaky(fails: &AtomicU32) -> Result<u32, E> {
     }
 }
 
+/// Spawns, through `propagate`, a task making a nested call, and waits for it.
+#[resilient(deadline_ms = 120_000)]
+async fn spawns_work() -> Result<u32, E> {
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::spawn(resilient::propagate(nested()))
+        .await
+        .expect("the spawned task ends")
+}
+
 /// Lets spawned tasks run up to their first sleep.
 async fn settle() {
     for _ in 0..10 {
@@ -88,10 +97,11 @@ async fn a_drain_refuses_new_calls_and_waits_for_the_calls_in_flight_up_to_its_b
 
     let short = tokio::spawn(work(5));
     let long = tokio::spawn(work(50));
+    let spawning = tokio::spawn(spawns_work());
     static FAILS: AtomicU32 = AtomicU32::new(1);
     let retried = tokio::spawn(flaky(&FAILS));
     settle().await;
-    assert_eq!(shutdown.in_flight(), 3);
+    assert_eq!(shutdown.in_flight(), 4);
     assert!(Registry::current().readiness().ready);
 
     let start = Instant::now();
@@ -102,6 +112,14 @@ async fn a_drain_refuses_new_calls_and_waits_for_the_calls_in_flight_up_to_its_b
     assert!(shutdown.is_draining());
     assert_eq!(refusal(work(0).await), Some(ErrorKind::ShuttingDown));
     assert_eq!(refusal(nested().await), Some(ErrorKind::ShuttingDown));
+    // A new request's handler runs its calls under `observe` or a deadline
+    // (as `ResilienceLayer` does): those frames are not admitted calls.
+    let (observed, _) = resilient::observe(nested()).await;
+    assert_eq!(refusal(observed), Some(ErrorKind::ShuttingDown));
+    let deadlined = resilient::with_deadline(Duration::from_secs(5), nested())
+        .await
+        .unwrap();
+    assert_eq!(refusal(deadlined), Some(ErrorKind::ShuttingDown));
     let readiness = Registry::current().readiness();
     assert!(!readiness.ready);
     assert!(readiness.shutting_down);
@@ -110,6 +128,8 @@ async fn a_drain_refuses_new_calls_and_waits_for_the_calls_in_flight_up_to_its_b
     // call after 5 s are part of them and are admitted.
     assert_eq!(retried.await.unwrap().unwrap(), 2);
     assert_eq!(short.await.unwrap().unwrap(), 1);
+    // Work an admitted call spawned through `propagate` is part of it.
+    assert_eq!(spawning.await.unwrap().unwrap(), 1);
 
     // The long call outlives the bound: the drain reports it.
     let report = drain.await.unwrap();
