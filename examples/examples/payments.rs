@@ -370,26 +370,36 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
                 let key = IdempotencyKey::random();
                 let cents = fastrand::u64(100..10_000);
-                let (result, report) =
-                    resilient::observe(client::charge(&http, &base, &key, cents)).await;
-                // Attempts that reached the provider (not refused locally).
-                let attempts = report
-                    .attempts()
-                    .iter()
-                    .filter(|a| !matches!(a.outcome, AttemptOutcome::Refused(_)))
-                    .count();
-                let (outcome, error) = match result {
-                    Ok(_) => (Outcome::Charged, String::new()),
-                    Err(e) if !report.may_have_taken_effect() => {
-                        (Outcome::CertainlyNotCharged, e.to_string())
-                    }
-                    // The request went out and the answer was lost: look the
-                    // charge up by its key instead of guessing.
-                    Err(e) => match client::find_charge(&http, &base, &key).await {
-                        Ok(Some(_)) => (Outcome::ReconciledCharged, e.to_string()),
-                        Ok(None) => (Outcome::ReconciledNotCharged, e.to_string()),
-                        Err(_) => (Outcome::Unknown, e.to_string()),
-                    },
+                // One unit of work for a graceful shutdown: the charge and,
+                // when it may have been made, its reconciliation by key.
+                let work = resilient::admitted(async {
+                    let (result, report) =
+                        resilient::observe(client::charge(&http, &base, &key, cents)).await;
+                    // Attempts that reached the provider (not refused locally).
+                    let attempts = report
+                        .attempts()
+                        .iter()
+                        .filter(|a| !matches!(a.outcome, AttemptOutcome::Refused(_)))
+                        .count();
+                    let (outcome, error) = match result {
+                        Ok(_) => (Outcome::Charged, String::new()),
+                        Err(e) if !report.may_have_taken_effect() => {
+                            (Outcome::CertainlyNotCharged, e.to_string())
+                        }
+                        // The request went out and the answer was lost: look
+                        // the charge up by its key instead of guessing.
+                        Err(e) => match client::find_charge(&http, &base, &key).await {
+                            Ok(Some(_)) => (Outcome::ReconciledCharged, e.to_string()),
+                            Ok(None) => (Outcome::ReconciledNotCharged, e.to_string()),
+                            Err(_) => (Outcome::Unknown, e.to_string()),
+                        },
+                    };
+                    (outcome, error, attempts)
+                })
+                .await;
+                // Refused: the client is draining; this charge never started.
+                let Ok((outcome, error, attempts)) = work else {
+                    break;
                 };
                 let counter = if outcome == Outcome::Charged {
                     &tally.charged

@@ -83,6 +83,21 @@ pub trait Classify {
     fn may_have_taken_effect(&self) -> bool {
         false
     }
+
+    /// Whether this value is one of the library's own refusals carried in
+    /// your type (`Some(true)`: say a `Resilience(resilient::Error)`
+    /// variant), or your function's own error (`Some(false)`); `None`, the
+    /// default, when the type cannot tell.
+    ///
+    /// It matters in one case: a nested annotated call refused because this
+    /// attempt's deadline, which it inherited, passed. That refusal is this
+    /// layer's own timeout, and is retried as one; an error of your own,
+    /// returned at that same instant (a card declined as the timer expires),
+    /// keeps its own classification. Without this method the engine takes
+    /// any error returned after such a nested refusal as the refusal.
+    fn is_refusal(&self) -> Option<bool> {
+        None
+    }
 }
 
 /// A classification and whether the failure may have taken effect: what
@@ -94,6 +109,8 @@ pub struct Verdict {
     pub class: Classification,
     /// See [`Classify::may_have_taken_effect`].
     pub may_have_taken_effect: bool,
+    /// See [`Classify::is_refusal`].
+    pub is_refusal: Option<bool>,
 }
 
 impl From<Classification> for Verdict {
@@ -101,6 +118,7 @@ impl From<Classification> for Verdict {
         Verdict {
             class,
             may_have_taken_effect: false,
+            is_refusal: None,
         }
     }
 }
@@ -126,6 +144,15 @@ impl Classify for io::Error {
             | NetworkUnreachable | NetworkDown | ResourceBusy => Classification::Transient,
             _ => Classification::Permanent,
         }
+    }
+
+    /// A refusal carried inside an `io::Error` (see `From<Error> for
+    /// io::Error`) says so.
+    fn is_refusal(&self) -> Option<bool> {
+        Some(
+            self.get_ref()
+                .is_some_and(|inner| inner.downcast_ref::<crate::Error>().is_some()),
+        )
     }
 
     /// A timeout, reset, abort, broken pipe or early end of stream may have
@@ -155,6 +182,10 @@ impl Classify for crate::Error {
     fn classify(&self) -> Classification {
         Classification::Permanent
     }
+
+    fn is_refusal(&self) -> Option<bool> {
+        Some(true)
+    }
 }
 
 impl<C: Classify + ?Sized> Classify for &C {
@@ -164,6 +195,9 @@ impl<C: Classify + ?Sized> Classify for &C {
     fn may_have_taken_effect(&self) -> bool {
         (**self).may_have_taken_effect()
     }
+    fn is_refusal(&self) -> Option<bool> {
+        (**self).is_refusal()
+    }
 }
 
 impl<C: Classify + ?Sized> Classify for Box<C> {
@@ -172,5 +206,8 @@ impl<C: Classify + ?Sized> Classify for Box<C> {
     }
     fn may_have_taken_effect(&self) -> bool {
         (**self).may_have_taken_effect()
+    }
+    fn is_refusal(&self) -> Option<bool> {
+        (**self).is_refusal()
     }
 }

@@ -134,7 +134,9 @@ async fn with_deadline_at_opt<F: Future>(
 /// to be spawned: `tokio::spawn(resilient::propagate(work))`.
 ///
 /// Both are captured when `propagate` is called. The spawned task is a new
-/// path for counting attempts (see the module docs).
+/// path for counting attempts (see the module docs): a retrying layer that
+/// awaits a spawned retrying call multiplies their attempts, so keep the
+/// retrying on one side of the spawn.
 pub fn propagate<F: Future>(fut: F) -> impl Future<Output = F::Output> {
     let registry = crate::Registry::scoped();
     let fut = crate::frame::scope_spawned(current_deadline(), fut);

@@ -86,8 +86,9 @@ impl Policy {
     }
 
     /// `fallback = path`: the call's final error goes to a fallback, so
-    /// enclosing layers are told neither of its give-up nor of its attempts;
-    /// they judge the call by what the fallback returns.
+    /// enclosing layers are not told of its give-up: they judge the call by
+    /// what the fallback returns. They are told of its attempts, which did
+    /// reach the dependency whatever the fallback answers.
     pub const fn fallback(mut self) -> Self {
         self.fallback = true;
         self
@@ -296,7 +297,7 @@ impl<C> Call<C> {
         }
         // Enclosing layers ask the budget nearest the dependency before
         // they retry, whichever layer it belongs to.
-        if path.nested && !policy.fallback {
+        if path.nested {
             frame::report_budget(deps.budget());
         }
         telemetry::entered(span, start, deadline);
@@ -376,7 +377,16 @@ impl<C> Call<C> {
             attempt_deadline,
         );
         let attempt_began = telemetry::began(body_start.or(now));
+        // An attempt dropped while it runs (the caller's own timeout, a
+        // `select!` that chose another branch) may have reached the
+        // dependency: an observed call reports it so.
+        let cut = CutAttempt {
+            function: self.policy.function,
+            number,
+            armed: self.path.observed,
+        };
         let result = Bounded::new(attempt_deadline, frame, span, make()).await;
+        cut.disarm();
         // The end time feeds breakers (slow calls) and windows; without
         // them, save the clock read.
         let end = self.deps.needs_clock().then(Instant::now);
@@ -387,18 +397,22 @@ impl<C> Call<C> {
                 self.record(number, AttemptOutcome::Succeeded, false);
                 (Ok(value), frame_end)
             }
-            // A nested annotated call ended on this attempt's deadline,
-            // which it inherited, a moment before this layer's own timer
-            // fired: it is this layer's timeout (or deadline).
-            Ok((Err(_), frame_end)) if frame_end.timer_refused => {
-                telemetry::attempt_ended(self.policy, &attempt_began, end, AttemptEnd::Timeout);
-                finish_in(span, admission, Outcome::Failure { retry_after: None }, end);
-                (Err(self.elapsed(number, attempt_deadline)), frame_end)
-            }
-            // Any other error is the function's own, whenever it came: an
-            // error returned at its timeout's instant is still that error.
             Ok((Err(error), frame_end)) => {
                 let verdict: Verdict = (self.classify)(&error).into();
+                // A nested annotated call ended on this attempt's deadline,
+                // which it inherited, a moment before this layer's own timer
+                // fired, and the body passed its refusal on: it is this
+                // layer's timeout (or deadline). Any other error is the
+                // function's own, whenever it came: an error returned at its
+                // timeout's instant is still that error.
+                if frame_end.timer_refused && verdict.is_refusal != Some(false) {
+                    telemetry::attempt_ended(self.policy, &attempt_began, end, AttemptEnd::Timeout);
+                    finish_in(span, admission, Outcome::Failure { retry_after: None }, end);
+                    return Attempted {
+                        result: Err(self.elapsed(number, attempt_deadline)),
+                        frame: Some(frame_end),
+                    };
+                }
                 telemetry::attempt_ended(self.policy, &attempt_began, end, AttemptEnd::Failure);
                 finish_in(span, admission, Outcome::of_failure(verdict.class), end);
                 self.record(
@@ -474,16 +488,18 @@ impl<C> Call<C> {
         error
     }
 
-    /// Tells the enclosing attempt how far this call got on its path.
+    /// Tells the enclosing attempt how far this call got on its path. Also
+    /// from a call with a fallback: the attempts reached the dependency,
+    /// whatever the fallback answers.
     fn reach(&self, position: u32) {
-        if self.path.nested && !self.policy.fallback {
+        if self.path.nested {
             frame::reach(position);
         }
     }
 
     /// Tells the enclosing attempt the budget nearest the dependency.
     fn report_budget(&self, budget: Option<BudgetRef>) {
-        if self.path.nested && !self.policy.fallback {
+        if self.path.nested {
             frame::report_budget(budget);
         }
     }
@@ -583,6 +599,27 @@ fn finish_in(span: &CallSpan, admission: Admission<'_>, outcome: Outcome, end: O
     #[cfg(feature = "tracing")]
     let _in_span = span.enter();
     admission.finish(outcome, end);
+}
+
+/// Records an attempt dropped while it ran, for [`observe`](crate::observe).
+struct CutAttempt {
+    function: &'static str,
+    number: u32,
+    armed: bool,
+}
+
+impl CutAttempt {
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for CutAttempt {
+    fn drop(&mut self) {
+        if self.armed {
+            report::record(self.function, self.number, AttemptOutcome::Cancelled, true);
+        }
+    }
 }
 
 /// A call refused before its first attempt ran.
@@ -789,12 +826,7 @@ where
                 None => (false, None),
             };
             let (error, class, cause) = match attempted.result {
-                Ok(value) => {
-                    if policy.fallback && call.path.nested {
-                        frame::reach(position);
-                    }
-                    break 'call Ok(value);
-                }
+                Ok(value) => break 'call Ok(value),
                 Err(failure) => {
                     let cause = failure.cause();
                     match call.settle(failure, refuse) {

@@ -237,6 +237,15 @@ impl Frame {
         }
     }
 
+    /// A transparent frame for one unit of work a graceful shutdown waits
+    /// for ([`admitted`](crate::admitted)): the annotated calls inside are
+    /// part of work in flight.
+    pub(crate) fn admitted(deadline: Option<Instant>) -> Frame {
+        let mut frame = Frame::transparent(deadline, false);
+        frame.slot.in_call = true;
+        frame
+    }
+
     /// The frame of a spawned task: a new path with the spawner's deadline
     /// (and, for a graceful shutdown, the spawner's standing: work spawned
     /// by an admitted call is part of it).

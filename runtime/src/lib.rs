@@ -78,7 +78,7 @@ pub use report::{AttemptOutcome, AttemptRecord, Report, observe};
 #[doc = include_str!("docs/attribute.md")]
 pub use resilient_macros::resilient;
 pub use rng::seed_jitter;
-pub use shutdown::{DrainReport, GracefulShutdown};
+pub use shutdown::{DrainReport, GracefulShutdown, admitted};
 
 pub use breaker::*;
 pub use budget::*;

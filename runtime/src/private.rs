@@ -24,8 +24,8 @@ pub fn give_up_mark() -> u64 {
 
 /// Counts and traces a call answered by its fallback: a caller given a
 /// degraded answer, which a dashboard should show. A call with a fallback
-/// never reports its give-up or its attempts to enclosing layers (see
-/// `Policy::fallback`), so they judge it by what the fallback returns.
+/// never reports its give-up to enclosing layers (see `Policy::fallback`),
+/// so they judge it by what the fallback returns.
 ///
 /// Metrics count the call (`outcome="fallback"`) in the engine, which knows
 /// the call has a fallback; this only traces it (WARN: a caller got a
@@ -106,6 +106,7 @@ pub fn classify_by_trait<E: Classify + ?Sized>(error: &E) -> crate::classify::Ve
     crate::classify::Verdict {
         class: error.classify(),
         may_have_taken_effect: error.may_have_taken_effect(),
+        is_refusal: error.is_refusal(),
     }
 }
 

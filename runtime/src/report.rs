@@ -79,8 +79,8 @@ impl Report {
     }
 
     /// `true` when some failed attempt may nevertheless have taken effect at
-    /// the dependency: it was cut by its timeout or the call's deadline while
-    /// it ran, or its error said so
+    /// the dependency: it was cut by its timeout, the call's deadline or the
+    /// caller (dropped) while it ran, or its error said so
     /// ([`Classify::may_have_taken_effect`](crate::Classify::may_have_taken_effect)).
     /// `false` means every failed attempt certainly did nothing, as far as
     /// the error types tell.
@@ -131,6 +131,9 @@ pub enum AttemptOutcome {
     /// Refused before it ran (breaker open, bulkhead full, load shed, a
     /// deadline already passed).
     Refused(ErrorKind),
+    /// Dropped while it ran, by the caller (its own timeout, a `select!`
+    /// that chose another branch): it may have reached the dependency.
+    Cancelled,
 }
 
 /// Records one attempt, when a report is being made.

@@ -85,6 +85,11 @@ impl From<::reqwest::Error> for Error {
 /// For error types of your own that wrap a `reqwest::Error`: the same
 /// classification as [`resilient::http::Error`](Error) gives it.
 impl Classify for ::reqwest::Error {
+    /// A reqwest error is never one of the library's refusals.
+    fn is_refusal(&self) -> Option<bool> {
+        Some(false)
+    }
+
     fn classify(&self) -> Classification {
         if let Some(status) = self.status().filter(|_| self.is_status()) {
             return crate::http::classify_status(status, &HeaderMap::new())

@@ -29,8 +29,11 @@
 //! spawned from inside a call with `tokio::spawn` alone does not carry that
 //! call's context (tokio does not pass task-locals to spawned tasks), so its
 //! calls count as new; wrapped in [`propagate`](crate::propagate), it does,
-//! and its calls are part of the work in flight. Calls in a server handler
-//! wrapped by `ResilienceLayer` or [`observe`](crate::observe) only are new.
+//! and its calls are part of the work in flight. A unit of work that makes
+//! several calls in sequence (a request: reserve, then charge) is run under
+//! [`admitted`], so that a drain starting between its calls does not leave
+//! it half done; `ResilienceLayer` does that for every request it serves.
+//! Calls under [`observe`](crate::observe) or a deadline alone are new.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
@@ -115,6 +118,37 @@ fn in_flight_now() -> usize {
         .iter()
         .map(|s| s.0.load(Ordering::SeqCst))
         .fold(0, usize::wrapping_add)
+}
+
+/// Runs `fut` as one unit of work of a graceful shutdown: a request a
+/// server handles, a job a worker takes. Refused at once with
+/// [`ErrorKind::ShuttingDown`](crate::ErrorKind::ShuttingDown) when the
+/// process is already draining, before any of it runs; otherwise counted
+/// in flight until it ends, and every annotated call inside it (the second
+/// step of a request, the reconciliation after a failed charge) is admitted
+/// while draining, as part of work the drain waits for.
+/// [`ResilienceLayer`](crate::tower::ResilienceLayer) runs each request so.
+///
+/// Without [`GracefulShutdown::install`] it only runs `fut`.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let answer = resilient::admitted(async {
+///     // reserve, then charge: both annotated calls run, even if a drain
+///     // starts between them
+///     42
+/// })
+/// .await;
+/// assert_eq!(answer.unwrap(), 42);
+/// # }
+/// ```
+pub async fn admitted<F: std::future::Future>(fut: F) -> Result<F::Output, Error> {
+    let in_flight = admit(false)?;
+    let frame = crate::frame::Frame::admitted(crate::current_deadline());
+    let (output, end) = crate::frame::InFrame::new(frame, fut).await;
+    crate::frame::forward_all(&end);
+    drop(in_flight);
+    Ok(output)
 }
 
 /// Is the process draining (new annotated calls refused)?

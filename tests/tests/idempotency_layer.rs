@@ -215,3 +215,75 @@ async fn an_invalid_key_or_a_large_body_is_refused() {
     );
     assert_eq!(provider.runs.load(Ordering::SeqCst), 0);
 }
+
+/// Regression: a full store forgot the oldest key even while its request
+/// was still running, so a repeat of it ran the handler a second time.
+#[tokio::test]
+async fn a_key_whose_request_still_runs_is_never_forgotten() {
+    let provider = Arc::new(Provider {
+        delay: Duration::from_millis(300),
+        ..Provider::default()
+    });
+    let addr = serve(provider.clone(), IdempotencyLayer::new().capacity(1)).await;
+    let first = tokio::spawn(async move { post_charge(addr, Some("charge-1"), "500").await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The only slot holds a running request: a new key must wait its turn.
+    let (status, _, _) = post_charge(addr, Some("charge-2"), "700").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    // A repeat of the running key waits for its answer instead of running.
+    let repeat = post_charge(addr, Some("charge-1"), "500").await;
+    assert_eq!(
+        repeat,
+        (StatusCode::CREATED, true, "charge 1 of 500".into())
+    );
+    assert_eq!(first.await.unwrap().0, StatusCode::CREATED);
+    assert_eq!(provider.runs.load(Ordering::SeqCst), 1);
+}
+
+/// Regression: `ttl(Duration::MAX)` panicked when storing the answer.
+#[tokio::test]
+async fn a_ttl_of_duration_max_keeps_answers_without_a_panic() {
+    let provider = Arc::new(Provider::default());
+    let addr = serve(provider.clone(), IdempotencyLayer::new().ttl(Duration::MAX)).await;
+    let first = post_charge(addr, Some("forever"), "1").await;
+    let again = post_charge(addr, Some("forever"), "1").await;
+    assert_eq!(first.0, StatusCode::CREATED);
+    assert_eq!(again, (StatusCode::CREATED, true, "charge 1 of 1".into()));
+    assert_eq!(provider.runs.load(Ordering::SeqCst), 1);
+}
+
+/// Regression: the library's own refusal (a deadline already passed, so
+/// the handler never ran) was stored and replayed to every retry.
+#[tokio::test]
+async fn a_refusal_by_the_library_is_not_stored() {
+    use resilient::tower::ResilienceLayer;
+    use tower::ServiceBuilder;
+    let provider = Arc::new(Provider::default());
+    // Idempotency outside, as `ServiceBuilder` stacks its first layer.
+    let router = Router::new()
+        .route("/charges", post(charge))
+        .with_state(provider.clone())
+        .layer(
+            ServiceBuilder::new()
+                .layer(IdempotencyLayer::new())
+                .layer(ResilienceLayer::new()),
+        );
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let client = reqwest::Client::new();
+    let send = |budget: &'static str| {
+        client
+            .post(format!("http://{addr}/charges"))
+            .header("idempotency-key", "late")
+            .header("request-budget-ms", budget)
+            .body("9")
+            .send()
+    };
+    let passed = send("0").await.unwrap();
+    assert_eq!(passed.status(), StatusCode::GATEWAY_TIMEOUT);
+    let retry = send("5000").await.unwrap();
+    assert_eq!(retry.status(), StatusCode::CREATED);
+    assert!(retry.headers().get("idempotent-replayed").is_none());
+    assert_eq!(provider.runs.load(Ordering::SeqCst), 1);
+}

@@ -264,17 +264,28 @@ async fn inner_with_fallback(dep: &Dep) -> Result<(), E> {
     dep.call().await
 }
 
+#[resilient(fallback = degraded)]
+async fn inner_once_with_fallback(dep: &Dep) -> Result<(), E> {
+    dep.call().await
+}
+
 #[resilient(retries = 2, idempotent, base_ms = 1, cap_ms = 1)]
-async fn outer_after_fallback(dep: &Dep, flaky: &AtomicU32) -> Result<(), E> {
-    inner_with_fallback(dep).await?;
+async fn outer_after_fallback(dep: &Dep, flaky: &AtomicU32, once: bool) -> Result<(), E> {
+    if once {
+        inner_once_with_fallback(dep).await?;
+    } else {
+        inner_with_fallback(dep).await?;
+    }
     // A failure of the outer layer's own, after the inner one was answered
-    // by its fallback: the outer layer must still retry it.
+    // by its fallback.
     if flaky.fetch_add(1, Ordering::SeqCst) == 0 {
         return Err(E::Unavailable);
     }
     Ok(())
 }
 
+/// A fallback takes back its layer's give-up: the outer layer still
+/// retries a failure of its own, as long as the path has attempts left.
 #[tokio::test(start_paused = true)]
 async fn a_give_up_answered_by_a_fallback_does_not_stop_outer_retries() {
     let dep = Dep {
@@ -282,8 +293,24 @@ async fn a_give_up_answered_by_a_fallback_does_not_stop_outer_retries() {
         ..Dep::default()
     };
     let flaky = AtomicU32::new(0);
-    outer_after_fallback(&dep, &flaky)
+    outer_after_fallback(&dep, &flaky, true)
         .await
         .expect("retried after its own failure");
     assert_eq!(flaky.load(Ordering::SeqCst), 2);
+    assert_eq!(dep.attempts.load(Ordering::SeqCst), 2);
+}
+
+/// But it does not give back the attempts that reached the dependency:
+/// when the inner layer spent the path's four, retrying the outer layer
+/// would send the request down again (the dependency would see 8).
+#[tokio::test(start_paused = true)]
+async fn a_fallback_does_not_give_back_the_attempts_it_spent() {
+    let dep = Dep {
+        fail: true,
+        ..Dep::default()
+    };
+    let flaky = AtomicU32::new(0);
+    assert!(outer_after_fallback(&dep, &flaky, false).await.is_err());
+    assert_eq!(flaky.load(Ordering::SeqCst), 1);
+    assert_eq!(dep.attempts.load(Ordering::SeqCst), 4);
 }

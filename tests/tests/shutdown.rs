@@ -187,3 +187,34 @@ async fn a_cancelled_call_leaves_the_in_flight_count() {
     assert!(report.is_clean());
     shutdown.resume();
 }
+
+/// Regression: a request making two calls in sequence (reserve, then
+/// charge) had its second call refused when a drain started between them,
+/// leaving the work half done while the drain reported all well.
+#[tokio::test(start_paused = true)]
+async fn a_unit_of_work_admitted_before_a_drain_runs_all_its_calls() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let shutdown = GracefulShutdown::install();
+    let request = tokio::spawn(resilient::admitted(async {
+        let reserved = work(2).await?; // the drain starts during this one
+        let charged = nested().await?;
+        Ok::<_, E>(reserved + charged)
+    }));
+    settle().await;
+    assert_eq!(
+        shutdown.in_flight(),
+        2,
+        "the unit of work and its first call"
+    );
+    let drain = tokio::spawn(async move { shutdown.drain(Duration::from_secs(10)).await });
+    settle().await;
+    // A new unit of work is refused before any of it runs.
+    let refused = resilient::admitted(async { unreachable!("refused before it runs") }).await;
+    assert_eq!(refused.unwrap_err().kind(), ErrorKind::ShuttingDown);
+    // The admitted one runs both of its calls.
+    assert_eq!(request.await.unwrap().unwrap().unwrap(), 2);
+    let report = drain.await.unwrap();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.waited, Duration::from_secs(2));
+    shutdown.resume();
+}

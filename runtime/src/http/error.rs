@@ -264,6 +264,10 @@ impl Classify for Error {
     fn may_have_taken_effect(&self) -> bool {
         Error::may_have_taken_effect(self)
     }
+
+    fn is_refusal(&self) -> Option<bool> {
+        Some(self.refusal().is_some())
+    }
 }
 
 /// Like `Error`'s [`Classify`], but with `500 Internal Server Error`

@@ -44,6 +44,8 @@ use ::http::{HeaderMap, HeaderName, HeaderValue};
 #[cfg(feature = "reqwest")]
 pub(crate) use error::Stage;
 pub use error::{Error, classify_retrying_500};
+#[allow(unused_imports, reason = "used by the tower layers, when enabled")]
+pub(crate) use problem::RefusalAnswer;
 pub use problem::{PROBLEM_JSON, refusal_response, refusal_status};
 pub use retry_after::{parse_retry_after, retry_after};
 pub use status::{StatusPolicy, classify_status};

@@ -12,6 +12,11 @@ use crate::{Classification, Classify, ErrorKind};
 /// `application/problem+json`, the media type of RFC 9457 problem details.
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
+/// The extension marking an answer as a refusal by the library (the
+/// handler's work did not run, or was cut).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RefusalAnswer;
+
 /// The status a refusal is answered with:
 ///
 /// | refusal | status | why |
@@ -46,7 +51,8 @@ fn kind_name(kind: ErrorKind) -> &'static str {
 /// [`refusal_status`], `Retry-After` (whole seconds, rounded up) when an
 /// open breaker says when it admits a probe, `Do-Not-Retry: ?1` (the
 /// refusal is this service's decision, and a client retrying it would
-/// only add load: see the [module docs](crate::http)), and a problem+json
+/// only add load: see the [module docs](crate::http); not for a draining
+/// instance, whose peers can take the request), and a problem+json
 /// body:
 ///
 /// ```json
@@ -70,7 +76,14 @@ pub fn refusal_response(e: &crate::Error) -> Response<String> {
             .headers_mut()
             .insert(RETRY_AFTER, HeaderValue::from(secs));
     }
-    super::set_do_not_retry(response.headers_mut());
+    // Marks the answer as the library's refusal: nothing ran, so an
+    // idempotency store must not keep it (`tower::IdempotencyLayer`).
+    response.extensions_mut().insert(RefusalAnswer);
+    // A draining instance is the one refusal a caller should retry: on
+    // another instance, which a load balancer picks.
+    if e.kind() != ErrorKind::ShuttingDown {
+        super::set_do_not_retry(response.headers_mut());
+    }
     response
 }
 
@@ -150,5 +163,16 @@ mod tests {
         let mut s = String::new();
         json_string(&mut s, "a\"b\\c\nd\u{1}é");
         assert_eq!(s, "\"a\\\"b\\\\c\\nd\\u0001é\"");
+    }
+
+    /// Regression: a draining instance answered `Do-Not-Retry`, so clients
+    /// did not retry on a healthy peer during a rolling deploy.
+    #[test]
+    fn a_draining_instance_lets_the_client_retry_elsewhere() {
+        let draining = refusal_response(&crate::Error::shutting_down());
+        assert_eq!(draining.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(!crate::http::is_do_not_retry(draining.headers()));
+        let open = refusal_response(&crate::Error::breaker_open("p".into(), None));
+        assert!(crate::http::is_do_not_retry(open.headers()));
     }
 }

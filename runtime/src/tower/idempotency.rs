@@ -92,8 +92,10 @@ impl IdempotencyLayer {
         }
     }
 
-    /// At most `keys` keys are remembered; past that, the oldest are
-    /// forgotten first. At least 1.
+    /// At most `keys` keys are remembered; past that, the oldest finished
+    /// ones are forgotten first. A key whose request still runs is never
+    /// forgotten (a repeat would run it twice): when every slot holds one,
+    /// a new key is answered 503 with `Retry-After: 1`. At least 1.
     pub fn capacity(self, keys: usize) -> Self {
         self.rebuild(|s| s.capacity = keys.max(1))
     }
@@ -177,6 +179,8 @@ enum Claim {
     Replay(Arc<Stored>),
     Wait(watch::Receiver<Option<Arc<Stored>>>),
     Mismatch,
+    /// Every slot holds a request still running: nothing may be forgotten.
+    Busy,
 }
 
 impl Store {
@@ -221,17 +225,28 @@ impl Store {
                 };
             }
         }
-        // Absent or expired: this request runs. Make room first.
-        while e.by_key.len() >= self.settings.capacity {
+        // Absent or expired: this request runs. Make room first, oldest
+        // first, but never by forgetting a key whose request still runs: a
+        // repeat of it would run the handler a second time.
+        let mut looked = e.order.len();
+        while e.by_key.len() >= self.settings.capacity && looked > 0 {
+            looked -= 1;
             let Some((old, generation)) = e.order.pop_front() else {
                 break;
             };
-            if e.by_key
-                .get(&old)
-                .is_some_and(|x| x.generation == generation)
-            {
-                e.by_key.remove(&old);
+            match e.by_key.get(&old) {
+                Some(x) if x.generation == generation => {
+                    if matches!(x.state, EntryState::Running(_)) {
+                        e.order.push_back((old, generation));
+                    } else {
+                        e.by_key.remove(&old);
+                    }
+                }
+                _ => {}
             }
+        }
+        if e.by_key.len() >= self.settings.capacity {
+            return Claim::Busy;
         }
         e.generation += 1;
         let generation = e.generation;
@@ -264,7 +279,7 @@ impl Store {
             Some(answer) => {
                 entry.state = EntryState::Done {
                     answer,
-                    until: Instant::now() + self.settings.ttl,
+                    until: expiry(Instant::now(), self.settings.ttl),
                 };
             }
             None => {
@@ -272,6 +287,14 @@ impl Store {
             }
         }
     }
+}
+
+/// When an answer stored at `now` expires: `ttl` later, or as far ahead as
+/// an `Instant` goes (a `ttl` of `Duration::MAX` means "never", not a panic).
+fn expiry(now: Instant, ttl: Duration) -> Instant {
+    now.checked_add(ttl)
+        .or_else(|| now.checked_add(Duration::from_secs(100 * 365 * 86_400)))
+        .unwrap_or(now)
 }
 
 /// Forgets a running key if the handler's future is dropped (the client
@@ -330,14 +353,21 @@ fn problem<B>(status: StatusCode, detail: &str) -> Response<ResponseBody<B>> {
 }
 
 /// Every answer is kept except those saying the request was not processed
-/// (see the layer's docs).
-fn is_final(status: StatusCode) -> bool {
-    !matches!(
-        status,
+/// (see the layer's docs): 408, 429, 503, and the library's own refusals
+/// (a deadline passed before the handler ran, a breaker open…), whatever
+/// their status and however the layers are stacked.
+fn is_final(parts: &::http::response::Parts) -> bool {
+    let not_processed = matches!(
+        parts.status,
         StatusCode::REQUEST_TIMEOUT
             | StatusCode::TOO_MANY_REQUESTS
             | StatusCode::SERVICE_UNAVAILABLE
-    )
+    );
+    !not_processed
+        && parts
+            .extensions
+            .get::<crate::http::RefusalAnswer>()
+            .is_none()
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -407,6 +437,17 @@ where
                             "this Idempotency-Key was already used for a different request",
                         ));
                     }
+                    Claim::Busy => {
+                        let mut busy = problem(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "every idempotency slot holds a request still running; retry later",
+                        );
+                        busy.headers_mut().insert(
+                            ::http::header::RETRY_AFTER,
+                            ::http::HeaderValue::from_static("1"),
+                        );
+                        return Ok(busy);
+                    }
                     Claim::Wait(mut rx) => {
                         // Ends with the first request's answer, or with
                         // `None` when it was dropped or not final: then
@@ -442,7 +483,7 @@ where
                             headers: parts.headers.clone(),
                             body: collected.to_bytes(),
                         });
-                        guard.complete(Some(stored.clone()), is_final(parts.status));
+                        guard.complete(Some(stored.clone()), is_final(&parts));
                         let mut response = Response::from_parts(
                             parts,
                             Either::Right(Full::new(stored.body.clone())),

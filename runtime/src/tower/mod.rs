@@ -159,13 +159,20 @@ where
         let budget = budget.map(|b| b - (b / 10).min(self.max_reply_reserve));
         let handler = self.inner.call(request);
         Box::pin(async move {
-            let observed = crate::observe(handler);
-            let (result, report) = match budget {
-                Some(budget) => match crate::with_deadline(budget, observed).await {
-                    Ok(done) => done,
-                    Err(_) => return Ok(deadline_passed(grpc)),
-                },
-                None => observed.await,
+            // One unit of work for a graceful shutdown: refused before it
+            // runs when draining, waited for (with every call inside it)
+            // once it started.
+            let work = crate::admitted(async move {
+                let observed = crate::observe(handler);
+                match budget {
+                    Some(budget) => crate::with_deadline(budget, observed).await.ok(),
+                    None => Some(observed.await),
+                }
+            });
+            let (result, report) = match work.await {
+                Ok(Some(done)) => done,
+                Ok(None) => return Ok(deadline_passed(grpc)),
+                Err(refusal) => return Ok(shutting_down(grpc, &refusal)),
             };
             let mut response = result?;
             if report.gave_up() {
@@ -174,6 +181,21 @@ where
             Ok(response.map(Either::Left))
         })
     }
+}
+
+/// The answer of a draining instance to a new request: 503 (gRPC
+/// `UNAVAILABLE`), which a client may retry on another instance.
+fn shutting_down<B>(grpc: bool, refusal: &crate::Error) -> Response<ResponseBody<B>> {
+    if grpc {
+        let mut response = Response::new(Either::Right(Full::new(Bytes::new())));
+        let headers = response.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+        headers.insert("grpc-status", HeaderValue::from_static("14"));
+        headers.insert("grpc-message", HeaderValue::from_static("shutting%20down"));
+        response.extensions_mut().insert(crate::http::RefusalAnswer);
+        return response;
+    }
+    crate::http::refusal_response(refusal).map(|body| Either::Right(Full::new(Bytes::from(body))))
 }
 
 /// `true` for a gRPC request (`application/grpc`, `application/grpc+proto`…).
@@ -215,6 +237,7 @@ fn deadline_passed<B>(grpc: bool) -> Response<ResponseBody<B>> {
             HeaderValue::from_static("deadline%20exceeded"),
         );
         headers.insert(GRPC_RETRY_PUSHBACK_MS, HeaderValue::from_static("-1"));
+        response.extensions_mut().insert(crate::http::RefusalAnswer);
         return response;
     }
     let refusal = crate::http::refusal_response(&crate::Error::deadline_exceeded());
