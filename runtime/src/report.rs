@@ -48,10 +48,11 @@ tokio::task_local! {
 /// ```
 ///
 /// Observing costs one task-local scope and a `Vec` that grows by one entry
-/// per attempt; calls made outside `observe` record nothing. A spawned task
+/// per attempt; calls made outside `observe` record nothing. An `observe`
+/// inside another passes what it saw on to the enclosing one as well. A spawned task
 /// is not observed (tokio does not carry task-locals across `spawn`).
 pub async fn observe<F: Future>(fut: F) -> (F::Output, Report) {
-    REPORT
+    let (output, report) = REPORT
         .scope(RefCell::new(Report::default()), async {
             // Calls inside see that they are observed from their frame, so
             // calls nobody observes never look for a report.
@@ -61,7 +62,14 @@ pub async fn observe<F: Future>(fut: F) -> (F::Output, Report) {
             let report = REPORT.with(|r| r.take());
             (output, report)
         })
-        .await
+        .await;
+    // An enclosing `observe` (a server layer's, say) sees these calls too.
+    let _ = REPORT.try_with(|outer| {
+        let mut outer = outer.borrow_mut();
+        outer.attempts.extend_from_slice(&report.attempts);
+        outer.gave_up |= report.gave_up;
+    });
+    (output, report)
 }
 
 /// What the annotated calls inside an [`observe`]d future did.

@@ -287,3 +287,69 @@ async fn a_refusal_by_the_library_is_not_stored() {
     assert!(retry.headers().get("idempotent-replayed").is_none());
     assert_eq!(provider.runs.load(Ordering::SeqCst), 1);
 }
+
+static BIG_RUNS: AtomicU32 = AtomicU32::new(0);
+
+async fn big_answer() -> String {
+    BIG_RUNS.fetch_add(1, Ordering::SeqCst);
+    "x".repeat(2 * 1024 * 1024)
+}
+
+/// Regression: an answer larger than the store keeps made the layer forget
+/// the key, so every repeat ran the handler again.
+#[tokio::test]
+async fn an_answer_too_large_to_keep_still_runs_the_handler_once() {
+    let router = Router::new()
+        .route("/charges", post(big_answer))
+        .layer(IdempotencyLayer::new());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let first = post_charge(addr, Some("big"), "1").await;
+    let again = post_charge(addr, Some("big"), "1").await;
+    assert_eq!(first.0, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(first.2.contains("carried out"), "{}", first.2);
+    assert_eq!(
+        (again.0, again.1),
+        (StatusCode::INTERNAL_SERVER_ERROR, true)
+    );
+    assert_eq!(BIG_RUNS.load(Ordering::SeqCst), 1);
+}
+
+#[resilient::resilient(retries = 1, idempotent, base_ms = 1, cap_ms = 1)]
+async fn dependency_down() -> Result<String, resilient::http::Error> {
+    Err(resilient::http::Error::not_sent("connection refused"))
+}
+
+async fn gives_up() -> Result<String, resilient::http::Error> {
+    dependency_down().await
+}
+
+/// Regression: with `ResilienceLayer` outside `IdempotencyLayer` (the
+/// README's order), the first answer said `Do-Not-Retry` but its replay did
+/// not, so a client retried the same stored failure.
+#[tokio::test]
+async fn a_replayed_give_up_still_says_do_not_retry() {
+    use resilient::tower::ResilienceLayer;
+    let router = Router::new()
+        .route("/charges", post(gives_up))
+        .layer(IdempotencyLayer::new())
+        .layer(ResilienceLayer::new());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let client = reqwest::Client::new();
+    let send = || {
+        client
+            .post(format!("http://{addr}/charges"))
+            .header("idempotency-key", "gives-up")
+            .body("1")
+            .send()
+    };
+    let first = send().await.unwrap();
+    let replay = send().await.unwrap();
+    assert!(first.status().is_server_error());
+    assert!(resilient::http::is_do_not_retry(first.headers()));
+    assert!(replay.headers().get("idempotent-replayed").is_some());
+    assert!(resilient::http::is_do_not_retry(replay.headers()));
+}

@@ -105,7 +105,10 @@ impl IdempotencyLayer {
         self.rebuild(|s| s.ttl = ttl)
     }
 
-    /// The largest request (and stored response) body, in bytes.
+    /// The largest request (and stored response) body, in bytes. A larger
+    /// request is refused (413); a handler's larger answer is not kept, but
+    /// that the request ran is: the caller and every repeat get a 500 saying
+    /// so, and the handler never runs twice for the key.
     pub fn max_body_bytes(self, bytes: usize) -> Self {
         self.rebuild(|s| s.max_body = bytes)
     }
@@ -338,18 +341,28 @@ fn replay<B>(stored: &Stored) -> Response<ResponseBody<B>> {
 }
 
 fn problem<B>(status: StatusCode, detail: &str) -> Response<ResponseBody<B>> {
+    let stored = problem_stored(status, detail);
+    let mut response = Response::new(Either::Right(Full::new(stored.body)));
+    *response.status_mut() = stored.status;
+    *response.headers_mut() = stored.headers;
+    response
+}
+
+/// A problem+json answer (RFC 9457), as the store keeps answers.
+fn problem_stored(status: StatusCode, detail: &str) -> Stored {
     let body = format!(
         "{{\"type\":\"about:blank\",\"title\":\"{}\",\"status\":{},\"detail\":\"{}\"}}",
         status.canonical_reason().unwrap_or(""),
         status.as_u16(),
         detail
     );
-    let mut response = Response::new(Either::Right(Full::new(Bytes::from(body))));
-    *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
-    response
+    let mut headers = HeaderMap::new();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+    Stored {
+        status,
+        headers,
+        body: Bytes::from(body),
+    }
 }
 
 /// Every answer is kept except those saying the request was not processed
@@ -469,14 +482,37 @@ where
                         };
                         let request = request.take().expect("runs once: the loop returns after");
                         std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
-                        let response = inner.call(request).await?;
-                        let (parts, body) = response.into_parts();
-                        let Ok(collected) = Limited::new(body, max).collect().await else {
-                            guard.complete(None, false);
-                            return Ok(problem(
-                                StatusCode::INTERNAL_SERVER_ERROR,
-                                "the handler's answer could not be read",
-                            ));
+                        // Whether the handler gave up is part of its answer:
+                        // a replay must say "do not retry" as the first did.
+                        let (response, report) = crate::observe(inner.call(request)).await;
+                        let (mut parts, body) = response?.into_parts();
+                        if report.gave_up()
+                            && (parts.status.is_client_error() || parts.status.is_server_error())
+                        {
+                            crate::http::set_do_not_retry(&mut parts.headers);
+                        }
+                        let collected = match Limited::new(body, max).collect().await {
+                            Ok(collected) => collected,
+                            // The handler ran, and its answer is more than the
+                            // store keeps: keep that it ran, so that a repeat
+                            // does not run it a second time.
+                            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                                let ran = Arc::new(problem_stored(
+                                    StatusCode::INTERNAL_SERVER_ERROR,
+                                    "the request was carried out, but its answer is larger than the idempotency layer keeps",
+                                ));
+                                guard.complete(Some(ran.clone()), true);
+                                let mut response = replay(&ran);
+                                response.headers_mut().remove(IDEMPOTENT_REPLAYED);
+                                return Ok(response);
+                            }
+                            Err(_) => {
+                                guard.complete(None, false);
+                                return Ok(problem(
+                                    StatusCode::INTERNAL_SERVER_ERROR,
+                                    "the handler's answer could not be read",
+                                ));
+                            }
                         };
                         let stored = Arc::new(Stored {
                             status: parts.status,
