@@ -135,7 +135,8 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
     let krate_at_ret = respan(&krate, ret_span);
     // Name the return type for the engine when it can be named, so its
     // errors speak of `u32`, not of what the body happened to return.
-    let ret_hint = if ret.to_token_stream().to_string().contains("impl") {
+    let has_impl = crate::func::mentions(&ret.to_token_stream(), "impl");
+    let ret_hint = if has_impl {
         quote!(_)
     } else {
         ret.to_token_stream()
@@ -143,7 +144,6 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
 
     // Each attempt's future: the body, in an `async move` block that knows
     // the declared return type before it reads the body (see `attempt_block`).
-    let has_impl = ret.to_token_stream().to_string().contains("impl");
     let attempt = attempt_block(&body, &destructures, (!has_impl).then_some(&**ret));
 
     let retries = args.retries.as_ref().map_or(0, |r| r.value);

@@ -41,3 +41,14 @@ impl Parse for Func {
         })
     }
 }
+
+/// `true` when `tokens` contain the identifier (or keyword) `word` as a
+/// whole token, at any depth: `impl` in `Result<impl Display, E>`, but not
+/// in `SimpleError`.
+pub(crate) fn mentions(tokens: &proc_macro2::TokenStream, word: &str) -> bool {
+    tokens.clone().into_iter().any(|tt| match tt {
+        proc_macro2::TokenTree::Ident(ident) => ident == word,
+        proc_macro2::TokenTree::Group(group) => mentions(&group.stream(), word),
+        _ => false,
+    })
+}

@@ -92,7 +92,7 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
             .generics
             .lifetimes()
             .any(|l| l.lifetime.ident == "async_trait")
-            || sig.output.to_token_stream().to_string().contains("Future");
+            || crate::func::mentions(&sig.output.to_token_stream(), "Future");
         if looks_async_trait {
             errors.push(
                 sig.fn_token.span,
@@ -110,6 +110,14 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
             sig.paren_token.span.close(),
             "`#[resilient]` functions must return `Result<T, E>`: add a return type such as `-> Result<(), MyError>`",
         );
+    }
+    if let ReturnType::Type(_, ty) = &sig.output {
+        if sig.asyncness.is_some() && crate::func::mentions(&ty.to_token_stream(), "impl") {
+            errors.push_spanned(
+                ty,
+                "`#[resilient]` functions must name their return type: the engine passes `Result<T, E>` through, and an `impl Trait` in it cannot be named there; name the type, or box it (`Box<dyn Trait>`)",
+            );
+        }
     }
 
     // The idempotency rule.
@@ -138,6 +146,8 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
 
     // Arguments reused across attempts.
     let reuses_arguments = retries > 0 || args.fallback.is_some();
+    // The key that makes them reused, to name in the messages.
+    let reuser = if retries > 0 { "retries" } else { "fallback" };
     if reuses_arguments {
         for arg in &sig.inputs {
             if let FnArg::Typed(t) = arg {
@@ -147,7 +157,7 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
                         errors.push_spanned(
                             &t.ty,
                             format!(
-                                "`{}` cannot be lent to every attempt: an attempt may still hold it when the next begins; take `&{}` (with interior mutability if it must change), or remove `retries`",
+                                "`{}` cannot be lent to every attempt: an attempt may still hold it when the next begins; take `&{}` (with interior mutability if it must change), or remove `{reuser}`",
                                 pretty(&t.ty),
                                 pretty(shared)
                             ),
@@ -162,13 +172,13 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
                     Type::Reference(reference) if reference.mutability.is_some() => {
                         errors.push_spanned(
                             r,
-                            "`self` borrowed mutably cannot be lent to every attempt: an attempt may still hold it when the next begins; take `&self` (with interior mutability), or remove `retries`",
+                            format!("`self` borrowed mutably cannot be lent to every attempt: an attempt may still hold it when the next begins; take `&self` (with interior mutability), or remove `{reuser}`"),
                         );
                     }
                     Type::Reference(_) => {}
                     _ => errors.push_spanned(
                         r,
-                        "`self` by value cannot be passed to every attempt: the first attempt consumes it; take `&self`, or remove `retries`",
+                        format!("`self` by value cannot be passed to every attempt: the first attempt consumes it; take `&self`, or remove `{reuser}`"),
                     ),
                 }
             }
