@@ -46,6 +46,27 @@ pub(crate) struct Deps {
     budget: Option<Arc<RetryBudget>>,
 }
 
+/// How far [`Deps::try_admit`] got.
+#[derive(Debug)]
+pub(crate) enum Admit<'a> {
+    /// Admitted, or refused, at once.
+    Ready(Result<Admission<'a>, Error>),
+    /// Through the breaker (holding its permit) and the throttle; waits for
+    /// a bulkhead slot ([`Deps::wait_for_slot`]).
+    Wait(Option<BreakerPermit<'a>>),
+}
+
+/// A full bulkhead's refusal, traced.
+#[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+fn bulkhead_full(bulkhead: &Bulkhead, full: Error) -> Error {
+    #[cfg(feature = "tracing")]
+    tracing::debug!(
+        bulkhead = bulkhead.name(),
+        "resilient: bulkhead full, call refused"
+    );
+    full
+}
+
 /// What one admitted attempt holds until it finishes. Dropping it (a
 /// cancelled call) gives back the breaker's half-open permit and the
 /// bulkhead slot, and records nothing.
@@ -88,71 +109,17 @@ impl Deps {
         })
     }
 
-    /// Admits one attempt. `now` is `Some` whenever
-    /// [`needs_clock`](Deps::needs_clock) is true. Returns the admission and
-    /// the time the body may start: `now`, or later if it waited for a
-    /// bulkhead slot, a wait that is not counted as the call's time.
-    pub(crate) async fn admit(
-        &self,
-        now: Option<Instant>,
-        deadline: Option<Instant>,
-    ) -> Result<(Admission<'_>, Option<Instant>), Error> {
-        let mut breaker = match &self.breaker {
-            Some(b) => Some(b.try_acquire_at(now.unwrap_or_else(Instant::now))?),
-            None => None,
-        };
-        if let Some(t) = &self.throttle {
-            if t.shed(now.unwrap_or_else(Instant::now)) {
-                #[cfg(feature = "tracing")]
-                tracing::debug!(
-                    dependency = t.name(),
-                    "resilient: call shed by adaptive throttling"
-                );
-                return Err(Error::load_shed(Arc::from(t.name())));
-            }
-        }
-        let mut body_start = now;
-        let bulkhead = match &self.bulkhead {
-            Some(b) => match b.acquire(deadline).await {
-                Ok(permit) => {
-                    if b.may_wait() && now.is_some() {
-                        let after_wait = Instant::now();
-                        if let Some(permit) = &mut breaker {
-                            permit.restart_at(after_wait);
-                        }
-                        body_start = Some(after_wait);
-                    }
-                    Some(permit)
-                }
-                Err(full) => {
-                    #[cfg(feature = "tracing")]
-                    tracing::debug!(
-                        bulkhead = b.name(),
-                        "resilient: bulkhead full, call refused"
-                    );
-                    return Err(full);
-                }
-            },
-            None => None,
-        };
-        Ok((
-            Admission {
-                deps: self,
-                breaker,
-                _bulkhead: bulkhead,
-            },
-            body_start,
-        ))
-    }
-
-    /// Admits one attempt at once, without waiting: `None` when it would
-    /// have to wait for a bulkhead slot (then use [`admit`](Deps::admit)).
-    /// The body may start at `now`.
-    pub(crate) fn try_admit(&self, now: Option<Instant>) -> Option<Result<Admission<'_>, Error>> {
+    /// Admits one attempt as far as it can without waiting: through the
+    /// breaker and the throttle, and into the bulkhead when a slot is free
+    /// (or the bulkhead refuses at once). `now` is `Some` whenever
+    /// [`needs_clock`](Deps::needs_clock) is true. The breaker and the
+    /// throttle decide once per attempt, here, also for an attempt that then
+    /// waits for a slot ([`Admit::Wait`]).
+    pub(crate) fn try_admit(&self, now: Option<Instant>) -> Admit<'_> {
         let breaker = match &self.breaker {
             Some(b) => match b.try_acquire_at(now.unwrap_or_else(Instant::now)) {
                 Ok(permit) => Some(permit),
-                Err(open) => return Some(Err(open)),
+                Err(open) => return Admit::Ready(Err(open)),
             },
             None => None,
         };
@@ -163,30 +130,53 @@ impl Deps {
                     dependency = t.name(),
                     "resilient: call shed by adaptive throttling"
                 );
-                return Some(Err(Error::load_shed(Arc::from(t.name()))));
+                return Admit::Ready(Err(Error::load_shed(Arc::from(t.name()))));
             }
         }
         let bulkhead = match &self.bulkhead {
             Some(b) => match b.try_acquire() {
                 Ok(permit) => Some(permit),
-                // Dropping the breaker's permit gives it back.
-                Err(_) if b.may_wait() => return None,
-                Err(full) => {
-                    #[cfg(feature = "tracing")]
-                    tracing::debug!(
-                        bulkhead = b.name(),
-                        "resilient: bulkhead full, call refused"
-                    );
-                    return Some(Err(full));
-                }
+                Err(_) if b.may_wait() => return Admit::Wait(breaker),
+                Err(full) => return Admit::Ready(Err(bulkhead_full(b, full))),
             },
             None => None,
         };
-        Some(Ok(Admission {
+        Admit::Ready(Ok(Admission {
             deps: self,
             breaker,
             _bulkhead: bulkhead,
         }))
+    }
+
+    /// Finishes an admission that must wait for a bulkhead slot, at most the
+    /// bulkhead's `max_wait` and never past `deadline`. Returns the admission
+    /// and the time the body may start: after the wait, which is not counted
+    /// as the call's time (the breaker's clock restarts then).
+    pub(crate) async fn wait_for_slot<'a>(
+        &'a self,
+        mut breaker: Option<BreakerPermit<'a>>,
+        now: Option<Instant>,
+        deadline: Option<Instant>,
+    ) -> Result<(Admission<'a>, Option<Instant>), Error> {
+        let Some(b) = &self.bulkhead else {
+            unreachable!("only a bulkhead makes an attempt wait");
+        };
+        let permit = b
+            .acquire(deadline)
+            .await
+            .map_err(|full| bulkhead_full(b, full))?;
+        let body_start = now.map(|_| Instant::now());
+        if let (Some(permit), Some(after_wait)) = (&mut breaker, body_start) {
+            permit.restart_at(after_wait);
+        }
+        Ok((
+            Admission {
+                deps: self,
+                breaker,
+                _bulkhead: Some(permit),
+            },
+            body_start,
+        ))
     }
 
     /// Do these parts need the time an attempt starts and ends? (Breakers

@@ -13,7 +13,7 @@ use crate::__private::ReturnsResult;
 use crate::backoff::{Backoff, DEFAULT_BASE, DEFAULT_CAP};
 use crate::classify::Verdict;
 use crate::context::earliest;
-use crate::deps::{Admission, Deps, Names};
+use crate::deps::{Admission, Admit, Deps, Names};
 use crate::frame::{self, BudgetRef, Frame, FrameEnd, PathStart};
 use crate::future::{Bounded, IntoResult};
 use crate::outcome::Outcome;
@@ -342,10 +342,10 @@ impl<C> Call<C> {
         // Most attempts are admitted at once; only a wait for a bulkhead
         // slot needs the asynchronous path.
         let admitted = match self.deps.try_admit(now) {
-            Some(admitted) => admitted.map(|admission| (admission, now)),
-            None => {
-                let admit = self.deps.admit(now, self.deadline);
-                telemetry::waiting(self.policy, admit).await
+            Admit::Ready(admitted) => admitted.map(|admission| (admission, now)),
+            Admit::Wait(breaker) => {
+                let wait = self.deps.wait_for_slot(breaker, now, self.deadline);
+                telemetry::waiting(self.policy, wait).await
             }
         };
         let (admission, body_start) = match admitted {
