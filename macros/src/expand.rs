@@ -264,14 +264,12 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
                 let call_fallback = quote_spanned! {fallback_span=>
                     #krate_at_fallback::__private::fallback::<#ret_hint, _>(#path(#(#call_args,)* #error)).await
                 };
-                let mark = format_ident!("__resilient_mark", span = Span::mixed_site());
                 quote_spanned! {ret_span=>
                     async {
-                        let #mark = #krate::__private::give_up_mark();
                         match #engine.await {
                             ::core::result::Result::Ok(#value) => ::core::result::Result::Ok(#value),
                             ::core::result::Result::Err(#error) => {
-                                #krate::__private::fallback_served(&#policy_ident, #mark);
+                                #krate::__private::fallback_served(&#policy_ident);
                                 #call_fallback
                             }
                         }

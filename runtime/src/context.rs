@@ -23,7 +23,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::Error;
-use crate::frame::{Frame, InFrame, forward_all};
+use crate::frame::{Frame, InFrame, forward};
 
 /// How far ahead a timer is ever set: deadlines further than this are as
 /// good as none, and tokio's timer cannot hold an instant near the largest
@@ -121,7 +121,7 @@ async fn with_deadline_at_opt<F: Future>(
             let frame = InFrame::new(Frame::transparent(Some(d), false), fut);
             match tokio::time::timeout_at(timer_at(d), frame).await {
                 Ok((output, end)) => {
-                    forward_all(&end);
+                    forward(&end);
                     Ok(output)
                 }
                 Err(_) => Err(passed(d)),

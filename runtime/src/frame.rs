@@ -328,10 +328,11 @@ pub(crate) fn report_budget(budget: Option<BudgetRef>) {
     }
 }
 
-/// Passes what a cancelled attempt learned up to the frame that encloses
-/// its call: how far it got, and the budget below it. A transparent frame
-/// passes on everything, also when it ends normally ([`forward_all`]).
-fn forward(end: &FrameEnd) {
+/// Passes what a frame learned up to the frame that encloses it: how far
+/// the path got, and the budget below it, for a cancelled attempt; and, for
+/// a transparent frame (`with_deadline`, `observe`, `admitted`), also its
+/// give-ups and refused deadlines, whether it ended or was cancelled.
+pub(crate) fn forward(end: &FrameEnd) {
     reach(end.high);
     if let Some(budget) = &end.budget {
         report_budget(Some(budget.clone()));
@@ -344,11 +345,6 @@ fn forward(end: &FrameEnd) {
             report_deadline(end.deadline);
         }
     }
-}
-
-/// Passes everything a transparent frame collected to the enclosing one.
-pub(crate) fn forward_all(end: &FrameEnd) {
-    forward(end);
 }
 
 /// Runs a future about to be spawned in a frame of its own: a new path,

@@ -16,12 +16,6 @@ pub use crate::registry::Site;
 #[cfg(feature = "linkme")]
 pub use linkme;
 
-/// Kept for the expansion of functions with a fallback; the engine now
-/// learns of the fallback from the policy (`Policy::fallback`).
-pub fn give_up_mark() -> u64 {
-    0
-}
-
 /// Counts and traces a call answered by its fallback: a caller given a
 /// degraded answer, which a dashboard should show. A call with a fallback
 /// never reports its give-up to enclosing layers (see `Policy::fallback`),
@@ -30,7 +24,7 @@ pub fn give_up_mark() -> u64 {
 /// Metrics count the call (`outcome="fallback"`) in the engine, which knows
 /// the call has a fallback; this only traces it (WARN: a caller got a
 /// degraded answer).
-pub fn fallback_served(policy: &'static Policy, _mark: u64) {
+pub fn fallback_served(policy: &'static Policy) {
     crate::Registry::current().count_fallback(policy.function());
     #[cfg(feature = "tracing")]
     tracing::warn!(

@@ -9,7 +9,7 @@
 use std::cell::RefCell;
 use std::future::Future;
 
-use crate::frame::{Frame, InFrame, forward_all};
+use crate::frame::{Frame, InFrame, forward};
 use crate::{Classification, ErrorKind};
 
 tokio::task_local! {
@@ -58,7 +58,7 @@ pub async fn observe<F: Future>(fut: F) -> (F::Output, Report) {
             // calls nobody observes never look for a report.
             let frame = Frame::transparent(crate::current_deadline(), true);
             let (output, end) = InFrame::new(frame, fut).await;
-            forward_all(&end);
+            forward(&end);
             let report = REPORT.with(|r| r.take());
             (output, report)
         })

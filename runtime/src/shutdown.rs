@@ -146,7 +146,7 @@ pub async fn admitted<F: std::future::Future>(fut: F) -> Result<F::Output, Error
     let in_flight = admit(false)?;
     let frame = crate::frame::Frame::admitted(crate::current_deadline());
     let (output, end) = crate::frame::InFrame::new(frame, fut).await;
-    crate::frame::forward_all(&end);
+    crate::frame::forward(&end);
     drop(in_flight);
     Ok(output)
 }
