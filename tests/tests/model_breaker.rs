@@ -52,6 +52,12 @@ fn admitted(a: Acquired) -> Option<(Admission, Option<Transition>)> {
     }
 }
 
+const SUCCESS: Sample = Sample::Call {
+    failed: false,
+    slow: false,
+    hold_until_ns: None,
+};
+
 const FAILURE: Sample = Sample::Call {
     failed: true,
     slow: false,
@@ -397,5 +403,42 @@ fn concurrent_retry_after_holds_keep_the_later_end() {
             t.join().unwrap();
         }
         assert_eq!(core.open_until_ns(), Some(200 * SEC));
+    });
+}
+
+/// A success that replaces a success writes nothing and skips the trip
+/// check; a failure racing it is still what opens the breaker. Window of
+/// two, both slots already successes, 50 % threshold: one thread records a
+/// failure, the other a success, in every order; the breaker always ends
+/// open, exactly one transition is reported, and the totals match the slots.
+#[test]
+fn a_failure_racing_an_unchanged_success_still_opens_the_breaker() {
+    model(|| {
+        let mut s = settings(WindowKind::Count(2), 2, 1);
+        s.failure_rate_threshold = 50.0;
+        let core = Arc::new(Core::new(s, Phase::Closed));
+        for _ in 0..2 {
+            let (admission, _) = admitted(core.try_acquire(0)).expect("closed");
+            core.record(admission, SUCCESS, 0);
+        }
+        assert_eq!(core.phase(), Phase::Closed);
+        let threads: Vec<_> = [FAILURE, SUCCESS]
+            .into_iter()
+            .map(|sample| {
+                let core = core.clone();
+                // Both admitted while closed, as two calls in flight are.
+                let (admission, _) = admitted(core.try_acquire(0)).expect("closed");
+                thread::spawn(move || {
+                    core.record(admission, sample, 0)
+                        .into_iter()
+                        .flatten()
+                        .count()
+                })
+            })
+            .collect();
+        let transitions: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+        assert_eq!(core.phase(), Phase::Open, "the failure was not counted");
+        assert_eq!(transitions, 1);
+        assert_totals_match_slots(core.window());
     });
 }

@@ -366,7 +366,13 @@ fn bucket_delta(failed: bool, slow: bool) -> u64 {
 enum Slots {
     Count {
         slots: Box<[AtomicU32]>,
-        next: AtomicU64,
+        /// The next slot, as a count of records that wraps at 2^32. Where
+        /// the slot count does not divide 2^32, the wrap makes one record
+        /// in four billion overwrite a slot early: harmless, and a 32-bit
+        /// count takes its remainder by two multiplications (`Modulo`)
+        /// where a 64-bit one needs a division.
+        next: AtomicU32,
+        modulo: Modulo,
     },
     Time {
         buckets: Box<[AtomicU64]>,
@@ -388,7 +394,8 @@ impl Window {
         let slots = match kind {
             WindowKind::Count(size) => Slots::Count {
                 slots: (0..size.max(1)).map(|_| AtomicU32::new(0)).collect(),
-                next: AtomicU64::new(0),
+                next: AtomicU32::new(0),
+                modulo: Modulo::new(size.max(1)),
             },
             WindowKind::Time(seconds) => Slots::Time {
                 buckets: (0..seconds.max(1)).map(|_| AtomicU64::new(0)).collect(),
@@ -401,22 +408,38 @@ impl Window {
         }
     }
 
-    /// Puts one outcome into the window.
-    pub(crate) fn record(&self, failed: bool, slow: bool, now_ns: u64) {
+    /// Puts one outcome into the window. Returns whether the window's rates
+    /// may have risen: a record that only replaces an outcome with the same
+    /// one (the steady success path), or takes a failure or slow mark out,
+    /// cannot open the breaker, and the caller skips reading the totals.
+    pub(crate) fn record(&self, failed: bool, slow: bool, now_ns: u64) -> bool {
         match &self.slots {
-            Slots::Count { slots, next } => {
-                let i = next.fetch_add(1, Ordering::Relaxed) % slots.len() as u64;
+            Slots::Count {
+                slots,
+                next,
+                modulo,
+            } => {
+                let i = modulo.of(next.fetch_add(1, Ordering::Relaxed));
                 let new = slot_value(failed, slow);
-                let old = slots[i as usize].swap(new, Ordering::AcqRel);
-                if old != new {
-                    let (nc, nf, ns) = slot_counts(new);
-                    let (oc, of, os) = slot_counts(old);
-                    self.totals.add(
-                        nc.wrapping_sub(oc),
-                        nf.wrapping_sub(of),
-                        ns.wrapping_sub(os),
-                    );
+                let slot = &slots[i as usize];
+                // A success replacing a success changes nothing: no write,
+                // so callers sharing the breaker do not bounce the slot's
+                // cache line between their cores.
+                if slot.load(Ordering::Acquire) == new {
+                    return false;
                 }
+                let old = slot.swap(new, Ordering::AcqRel);
+                if old == new {
+                    return false;
+                }
+                let (nc, nf, ns) = slot_counts(new);
+                let (oc, of, os) = slot_counts(old);
+                self.totals.add(
+                    nc.wrapping_sub(oc),
+                    nf.wrapping_sub(of),
+                    ns.wrapping_sub(os),
+                );
+                nc > oc || nf > of || ns > os
             }
             Slots::Time { buckets, present } => {
                 let second = now_ns / NANOS_PER_SEC;
@@ -431,7 +454,7 @@ impl Window {
                     // at least that second.
                     let (epoch, last) = present_parts(present.load(Ordering::Acquire));
                     if second + len <= last {
-                        return; // this call's second has already left the window
+                        return false; // this call's second has already left the window
                     }
                     let mine = stamp(epoch, second);
                     let (new, expired) = if bucket_counts(w).0 == 0 {
@@ -439,7 +462,7 @@ impl Window {
                     } else if bucket_stamp(w) == mine {
                         if bucket_counts(w).0 == COUNT_MASK {
                             // A full second: the outcomes already in it are the sample.
-                            return;
+                            return false;
                         }
                         (w + delta, (0, 0, 0))
                     } else {
@@ -455,7 +478,7 @@ impl Window {
                             let (c, f, s) = bucket_counts(delta);
                             self.totals.add(c, f, s);
                             self.totals.sub(expired.0, expired.1, expired.2);
-                            return;
+                            return true;
                         }
                         Err(actual) => w = actual,
                     }
@@ -562,6 +585,30 @@ impl Window {
                 .for_each(|x| add(bucket_counts(x.load(Ordering::Acquire)))),
         }
         sum
+    }
+}
+
+/// `x % d` for a fixed `d`, by multiplications: Lemire, Kaser and Kurz,
+/// "Faster remainder by direct computation" (2019), exact for every 32-bit
+/// `x` and `d`.
+#[derive(Debug)]
+struct Modulo {
+    d: u64,
+    m: u64,
+}
+
+impl Modulo {
+    fn new(d: u32) -> Modulo {
+        let d = u64::from(d.max(1));
+        Modulo {
+            d,
+            m: (u64::MAX / d).wrapping_add(1),
+        }
+    }
+
+    fn of(&self, x: u32) -> u32 {
+        let low = self.m.wrapping_mul(u64::from(x));
+        ((u128::from(low) * u128::from(self.d)) >> 64) as u32
     }
 }
 
@@ -776,8 +823,8 @@ impl Core {
         if !w.phase().records() || w.generation() != admission.generation {
             return None; // admitted under an earlier state: not evidence about this one
         }
-        self.window.record(failed, slow, now_ns);
-        if w.phase() != Phase::Closed {
+        let may_rise = self.window.record(failed, slow, now_ns);
+        if !may_rise || w.phase() != Phase::Closed {
             return None;
         }
         let (calls, failures, slows) = self.window.totals()?;
@@ -1013,6 +1060,30 @@ impl Core {
             slow,
             failure_rate: rated.then(|| percent(failed, calls) as f32),
             slow_call_rate: rated.then(|| percent(slow, calls) as f32),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Modulo;
+    use proptest::prelude::*;
+
+    #[test]
+    fn remainder_by_multiplication_is_exact_at_the_edges() {
+        for d in [1, 2, 3, 7, 100, 1_000, 65_536, 999_999, 1_000_000, u32::MAX] {
+            let m = Modulo::new(d);
+            for x in [0, 1, d - 1, d, d.wrapping_add(1), u32::MAX - 1, u32::MAX] {
+                assert_eq!(m.of(x), x % d, "{x} % {d}");
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4_096))]
+        #[test]
+        fn remainder_by_multiplication_equals_the_remainder(d in 1u32.., x: u32) {
+            prop_assert_eq!(Modulo::new(d).of(x), x % d);
         }
     }
 }
