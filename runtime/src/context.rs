@@ -150,6 +150,7 @@ pub fn propagate<F: Future>(fut: F) -> impl Future<Output = F::Output> {
 }
 
 /// The sooner of two optional deadlines.
+#[inline]
 pub(crate) fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),

@@ -115,6 +115,7 @@ impl Deps {
     /// [`needs_clock`](Deps::needs_clock) is true. The breaker and the
     /// throttle decide once per attempt, here, also for an attempt that then
     /// waits for a slot ([`Admit::Wait`]).
+    #[inline]
     pub(crate) fn try_admit(&self, now: Option<Instant>) -> Admit<'_> {
         let breaker = match &self.breaker {
             Some(b) => match b.try_acquire_at(now.unwrap_or_else(Instant::now)) {
@@ -181,6 +182,7 @@ impl Deps {
 
     /// Do these parts need the time an attempt starts and ends? (Breakers
     /// time calls; budgets and throttles count in time windows.)
+    #[inline]
     pub(crate) fn needs_clock(&self) -> bool {
         self.breaker.is_some() || self.throttle.is_some() || self.budget.is_some()
     }
@@ -195,6 +197,7 @@ impl Deps {
         self.budget.as_deref()
     }
 
+    #[inline]
     pub(crate) fn on_request(&self, now: Option<Instant>) {
         if let Some(b) = &self.budget {
             b.on_request(now.unwrap_or_else(Instant::now));
@@ -208,6 +211,7 @@ impl Deps {
 
 impl Admission<'_> {
     /// `end` is `Some` whenever the parts need the clock.
+    #[inline]
     pub(crate) fn finish(self, outcome: Outcome, end: Option<Instant>) {
         let Some(end) = end else {
             return;

@@ -146,6 +146,7 @@ impl Policy {
     /// they are found once per call site and cached, so the success path
     /// does no lookup; a registry scoped around the task (tests) is
     /// searched on every call.
+    #[inline]
     fn deps(&'static self) -> Result<DepsRef, Error> {
         static NONE: Deps = Deps::NONE;
         if self.names.is_empty() {

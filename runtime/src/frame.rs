@@ -91,6 +91,7 @@ thread_local! {
     static BUDGET: Cell<Option<BudgetRef>> = const { Cell::new(None) };
 }
 
+#[inline]
 fn current() -> Slot {
     SLOT.with(Cell::get)
 }
@@ -148,6 +149,7 @@ pub(crate) struct PathStart {
 
 impl PathStart {
     /// The path a call starts on: the enclosing frame's, if any.
+    #[inline]
     pub(crate) fn current() -> PathStart {
         let s = current();
         PathStart {
@@ -191,6 +193,7 @@ pub(crate) struct FrameEnd {
 
 impl Frame {
     /// The frame of one attempt, which counts as reaching `base + 1`.
+    #[inline]
     pub(crate) fn attempt(
         path: &PathStart,
         base: u32,

@@ -40,6 +40,7 @@ fn origin() -> Instant {
 }
 
 /// Nanoseconds from the shared origin to `now`.
+#[inline]
 pub(crate) fn ticks(now: Instant) -> u64 {
     thread_local! {
         static LAST: Cell<Option<(Instant, u64)>> = const { Cell::new(None) };

@@ -172,6 +172,7 @@ impl Breaker {
         &self.config
     }
 
+    #[inline]
     fn since_origin(&self, now: Instant) -> u64 {
         crate::time::ticks(now).saturating_sub(self.origin)
     }
