@@ -91,7 +91,6 @@ impl Drop for InFlight {
 /// call runs inside an admitted call (an attempt's frame), so it is part
 /// of work already in flight and is admitted while draining.
 #[inline]
-#[inline]
 pub(crate) fn admit(nested: bool) -> Result<Option<InFlight>, Error> {
     if STATE.load(Ordering::Relaxed) == UNTRACKED {
         return Ok(None);
