@@ -66,6 +66,9 @@ struct Slot {
     high: u32,
     gave_up: u32,
     timer_refused: bool,
+    /// `BUDGET` holds this frame's budget: a frame without one (most) is
+    /// entered and left without touching `BUDGET` at all.
+    has_budget: bool,
 }
 
 impl Slot {
@@ -81,13 +84,15 @@ impl Slot {
         high: 0,
         gave_up: 0,
         timer_refused: false,
+        has_budget: false,
     };
 }
 
 thread_local! {
     static SLOT: Cell<Slot> = const { Cell::new(Slot::EMPTY) };
     /// The budget the current frame collected: kept apart because it is
-    /// not `Copy`, and touched only by calls that have a budget.
+    /// not `Copy`, and touched only while the current frame has one
+    /// (`Slot::has_budget`).
     static BUDGET: Cell<Option<BudgetRef>> = const { Cell::new(None) };
 }
 
@@ -213,6 +218,7 @@ impl Frame {
                 high: base.saturating_add(1),
                 gave_up: 0,
                 timer_refused: false,
+                has_budget: false,
             },
             budget: None,
         }
@@ -235,6 +241,7 @@ impl Frame {
                 high: path.base,
                 gave_up: 0,
                 timer_refused: false,
+                has_budget: false,
             },
             budget: None,
         }
@@ -284,15 +291,28 @@ impl Frame {
             outer_budget: Option<BudgetRef>,
         }
         impl Drop for Restore<'_> {
+            #[inline]
             fn drop(&mut self) {
                 self.frame.slot = SLOT.with(|s| s.replace(self.outer));
-                let outer = self.outer_budget.take();
-                self.frame.budget = BUDGET.try_with(|b| b.replace(outer)).ok().flatten();
+                if self.frame.slot.has_budget {
+                    self.frame.budget = BUDGET.try_with(Cell::take).ok().flatten();
+                }
+                if self.outer.has_budget {
+                    let outer = self.outer_budget.take();
+                    let _ = BUDGET.try_with(|b| b.set(outer));
+                }
             }
         }
+        self.slot.has_budget = self.budget.is_some();
         let outer = SLOT.with(|s| s.replace(self.slot));
-        let mine = self.budget.take();
-        let outer_budget = BUDGET.try_with(|b| b.replace(mine)).ok().flatten();
+        let outer_budget = if outer.has_budget {
+            BUDGET.try_with(Cell::take).ok().flatten()
+        } else {
+            None
+        };
+        if let Some(mine) = self.budget.take() {
+            let _ = BUDGET.try_with(|b| b.set(Some(mine)));
+        }
         let _restore = Restore {
             frame: self,
             outer,
@@ -328,6 +348,7 @@ pub(crate) fn report_deadline(deadline: Option<Instant>) {
 pub(crate) fn report_budget(budget: Option<BudgetRef>) {
     if budget.is_some() && current().present {
         let _ = BUDGET.try_with(|b| b.set(budget));
+        update(|s| s.has_budget = true);
     }
 }
 
