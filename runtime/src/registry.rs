@@ -482,29 +482,57 @@ impl Layer {
     }
 }
 
+/// A part configured twice in code: one of the two would be dropped
+/// without a word, so neither is taken.
+fn twice(section: &'static str, name: &str) -> Problem {
+    Problem::part(
+        section,
+        name,
+        "configured twice in code: keep one of the two calls (a configuration file, not a second call, is how to override code)",
+    )
+}
+
 impl RegistryBuilder {
     /// Configures the breaker `name`, unless a configuration file does.
+    /// Configuring the same name twice in code is refused by
+    /// [`build`](Self::build).
     pub fn breaker(mut self, name: impl Into<String>, config: BreakerConfig) -> Self {
-        self.code.breakers.insert(name.into(), config);
+        let name = name.into();
+        if self.code.breakers.contains_key(&name) {
+            self.problems.push(twice("breaker", &name));
+        }
+        self.code.breakers.insert(name, config);
         self
     }
 
     /// Configures the retry budget `name`, unless a configuration file does.
     pub fn budget(mut self, name: impl Into<String>, config: BudgetConfig) -> Self {
-        self.code.budgets.insert(name.into(), config);
+        let name = name.into();
+        if self.code.budgets.contains_key(&name) {
+            self.problems.push(twice("budget", &name));
+        }
+        self.code.budgets.insert(name, config);
         self
     }
 
     /// Configures the bulkhead `name`, unless a configuration file does.
     pub fn bulkhead(mut self, name: impl Into<String>, config: BulkheadConfig) -> Self {
-        self.code.bulkheads.insert(name.into(), config);
+        let name = name.into();
+        if self.code.bulkheads.contains_key(&name) {
+            self.problems.push(twice("bulkhead", &name));
+        }
+        self.code.bulkheads.insert(name, config);
         self
     }
 
     /// Turns on adaptive throttling for the dependency `name` (the breaker
     /// name its functions use), unless a configuration file configures it.
     pub fn throttle(mut self, name: impl Into<String>, config: ThrottleConfig) -> Self {
-        self.code.throttles.insert(name.into(), config);
+        let name = name.into();
+        if self.code.throttles.contains_key(&name) {
+            self.problems.push(twice("throttle", &name));
+        }
+        self.code.throttles.insert(name, config);
         self
     }
 

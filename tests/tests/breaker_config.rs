@@ -427,3 +427,25 @@ fn duplicate_keys_are_refused_by_the_serde_path() {
         "{err}"
     );
 }
+
+#[test]
+fn an_open_wait_longer_than_a_day_is_refused_not_clamped() {
+    let day_ms = 24 * 60 * 60 * 1000u64;
+    let msg = refused_file(
+        &format!("wait_duration_in_open_state_ms = {}", day_ms + 1),
+        "wait_duration_in_open_state_ms",
+        &(day_ms + 1).to_string(),
+    );
+    assert!(msg.contains("at most 86400000 ms"), "{msg}");
+    refused_builder(
+        BreakerConfig::default().wait_duration_in_open_state(Duration::MAX),
+        "wait_duration_in_open_state_ms",
+        &Duration::MAX.as_millis().to_string(),
+    );
+    // A day exactly is accepted.
+    BreakerConfig::from_toml(
+        "payments",
+        &format!("wait_duration_in_open_state_ms = {day_ms}"),
+    )
+    .expect("one day is accepted");
+}

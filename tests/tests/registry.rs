@@ -426,6 +426,33 @@ fn invalid_configuration_in_code_is_refused_at_build() {
 }
 
 #[test]
+fn a_part_configured_twice_in_code_is_refused_naming_it() {
+    let err = Registry::builder()
+        .breaker("payments", BreakerConfig::default())
+        .breaker(
+            "payments",
+            BreakerConfig::default().failure_rate_threshold(10.0),
+        )
+        .bulkhead("db", resilient::BulkheadConfig::default())
+        .bulkhead("db", resilient::BulkheadConfig::default())
+        .breaker("search", BreakerConfig::default())
+        .build()
+        .unwrap_err();
+    let text = err.to_string();
+    let parts: Vec<_> = err
+        .problems()
+        .iter()
+        .map(|p| (p.section(), p.name()))
+        .collect();
+    assert_eq!(
+        parts,
+        [("breaker", Some("payments")), ("bulkhead", Some("db"))],
+        "{text}"
+    );
+    assert!(text.contains("configured twice in code"), "{text}");
+}
+
+#[test]
 fn text_that_is_not_toml_is_refused() {
     let err = Registry::builder()
         .toml("[breakers.payments\n")

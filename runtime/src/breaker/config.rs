@@ -127,6 +127,10 @@ impl BreakerConfig {
     /// <https://pollydocs.org/api/Polly.CircuitBreaker.CircuitBreakerStrategyOptions-1.html>).
     pub const MAX_RETRY_AFTER_HOLD_LIMIT: Duration = Duration::from_secs(24 * 60 * 60);
 
+    /// The longest `wait_duration_in_open_state` accepted: one day, the
+    /// upper end of Polly v8's `BreakDuration` range (same page as above).
+    pub const MAX_WAIT_IN_OPEN_STATE: Duration = Duration::from_secs(24 * 60 * 60);
+
     /// Opens the breaker when at least this percentage of the calls in the
     /// window failed. Accepted: greater than 0, at most 100. Default 50.
     pub fn failure_rate_threshold(mut self, pct: f64) -> Self {
@@ -169,8 +173,9 @@ impl BreakerConfig {
         self
     }
 
-    /// How long an open breaker rejects calls before it admits probes. Must
-    /// not be zero. Default 60 s.
+    /// How long an open breaker rejects calls before it admits probes. From
+    /// 1 ms to one day ([`MAX_WAIT_IN_OPEN_STATE`](Self::MAX_WAIT_IN_OPEN_STATE)).
+    /// Default 60 s.
     pub fn wait_duration_in_open_state(mut self, wait: Duration) -> Self {
         self.wait_duration_in_open_state = wait;
         self
@@ -246,6 +251,20 @@ impl BreakerConfig {
             if d.is_zero() {
                 refuse(key, &0, "must be greater than 0 ms");
             }
+        }
+        // An open wait longer than a day is a unit slip (seconds written as
+        // milliseconds times a thousand), not a plan: no dependency is
+        // given up on for days by a breaker nobody can see waiting.
+        let wait = self.wait_duration_in_open_state;
+        if wait > BreakerConfig::MAX_WAIT_IN_OPEN_STATE {
+            refuse(
+                "wait_duration_in_open_state_ms",
+                &wait.as_millis(),
+                &format!(
+                    "must be at most {} ms (one day)",
+                    BreakerConfig::MAX_WAIT_IN_OPEN_STATE.as_millis()
+                ),
+            );
         }
         let hold = self.max_retry_after_hold;
         if hold.is_zero() || hold > BreakerConfig::MAX_RETRY_AFTER_HOLD_LIMIT {
