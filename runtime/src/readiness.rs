@@ -3,10 +3,17 @@
 //! itself: `resilient::readiness::axum::route`).
 //!
 //! A service is not ready while one of its dependencies is known to be
-//! unavailable (its breaker open or forced open, its bulkhead out of slots)
-//! or while it drains for a [graceful shutdown](crate::GracefulShutdown):
-//! a load balancer that asks then sends its traffic elsewhere instead of
-//! into refusals.
+//! unavailable (its breaker open or forced open) or while it drains for a
+//! [graceful shutdown](crate::GracefulShutdown): a load balancer that asks
+//! then sends its traffic elsewhere instead of into refusals.
+//!
+//! A bulkhead out of slots is listed as *saturated* but leaves the service
+//! ready: it says the instance is busy, not that a dependency is down, and
+//! taking busy instances out of rotation moves their load onto the others,
+//! which then fill up too: the cascade the SRE book warns against
+//! ("Addressing Cascading Failures", on health checks that fail under load,
+//! <https://sre.google/sre-book/addressing-cascading-failures/>). Load is
+//! what the bulkhead itself, retry budgets and load shedding handle.
 //!
 //! Whether that should take a pod out of rotation is the operator's call:
 //! when every replica shares the broken dependency, all of them turn not
@@ -22,7 +29,7 @@ use crate::{Registry, State};
 /// Whether the service should receive traffic, and why not.
 ///
 /// Serializable with feature `serde`, as
-/// `{"ready":false,"shutting_down":false,"unavailable":[{"kind":"breaker","name":"payments","reason":"open"}]}`.
+/// `{"ready":false,"shutting_down":false,"unavailable":[{"kind":"breaker","name":"payments","reason":"open"}],"saturated":[]}`.
 ///
 /// ```
 /// use resilient::Registry;
@@ -40,9 +47,12 @@ pub struct Readiness {
     pub shutting_down: bool,
     /// The parts refusing calls now, sorted by kind and name.
     pub unavailable: Vec<Unavailable>,
+    /// Bulkheads with every slot taken, sorted by name: busy, which does
+    /// not make the service not ready (see the [module](self)).
+    pub saturated: Vec<Unavailable>,
 }
 
-/// One part of the registry that refuses calls now.
+/// One part of the registry that refuses calls now, or is saturated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
@@ -84,9 +94,10 @@ impl Readiness {
                 reason,
             });
         }
+        let mut saturated = Vec::new();
         for b in &snapshot.bulkheads {
             if b.in_flight >= b.max_concurrent {
-                unavailable.push(Unavailable {
+                saturated.push(Unavailable {
                     kind: PartKind::Bulkhead,
                     name: b.name.clone(),
                     reason: "full",
@@ -98,6 +109,7 @@ impl Readiness {
             ready: unavailable.is_empty() && !shutting_down,
             shutting_down,
             unavailable,
+            saturated,
         }
     }
 }

@@ -69,7 +69,7 @@ async fn readiness_before_during_and_after_an_outage() {
     assert!(before.unavailable.is_empty());
     assert_eq!(
         serde_json::to_value(&before).unwrap(),
-        json!({"ready": true, "shutting_down": false, "unavailable": []})
+        json!({"ready": true, "shutting_down": false, "unavailable": [], "saturated": []})
     );
 
     // During: the dependency fails, the breaker opens, readiness says so.
@@ -96,7 +96,8 @@ async fn readiness_before_during_and_after_an_outage() {
         json!({
             "ready": false,
             "shutting_down": false,
-            "unavailable": [{"kind": "breaker", "name": "r-dep", "reason": "open"}]
+            "unavailable": [{"kind": "breaker", "name": "r-dep", "reason": "open"}],
+            "saturated": []
         })
     );
 
@@ -110,12 +111,18 @@ async fn readiness_before_during_and_after_an_outage() {
 }
 
 #[tokio::test]
-async fn a_full_bulkhead_and_a_forced_open_breaker_are_unavailable() {
+async fn a_forced_open_breaker_is_unavailable_and_a_full_bulkhead_only_saturated() {
     let registry = registry();
     let pool = registry.bulkhead("r-pool").unwrap();
     let one = pool.try_acquire().unwrap();
-    assert!(registry.readiness().ready, "a slot is still free");
     let two = pool.try_acquire().unwrap();
+    // Busy is not down: a full bulkhead keeps the service in rotation.
+    let busy = registry.readiness();
+    assert!(busy.ready, "{busy:?}");
+    assert_eq!(
+        serde_json::to_value(&busy).unwrap()["saturated"],
+        json!([{"kind": "bulkhead", "name": "r-pool", "reason": "full"}])
+    );
     registry
         .breaker("r-dep")
         .unwrap()
@@ -124,14 +131,12 @@ async fn a_full_bulkhead_and_a_forced_open_breaker_are_unavailable() {
     assert!(!readiness.ready);
     assert_eq!(
         serde_json::to_value(&readiness).unwrap()["unavailable"],
-        json!([
-            {"kind": "breaker", "name": "r-dep", "reason": "forced_open"},
-            {"kind": "bulkhead", "name": "r-pool", "reason": "full"}
-        ])
+        json!([{"kind": "breaker", "name": "r-dep", "reason": "forced_open"}])
     );
     drop((one, two));
     registry.breaker("r-dep").unwrap().reset();
-    assert!(registry.readiness().ready);
+    let after = registry.readiness();
+    assert!(after.ready && after.saturated.is_empty(), "{after:?}");
 }
 
 /// `GET path` over HTTP/1.0 on loopback: the status code and the body.
@@ -182,7 +187,8 @@ async fn the_axum_endpoint_answers_200_then_503_during_an_outage_then_200() {
         json!({
             "ready": false,
             "shutting_down": false,
-            "unavailable": [{"kind": "breaker", "name": "r-dep", "reason": "open"}]
+            "unavailable": [{"kind": "breaker", "name": "r-dep", "reason": "open"}],
+            "saturated": []
         })
     );
 
