@@ -13,7 +13,8 @@
 //! * **After it**, each call adds one to a counter of its thread's own shard
 //!   (16 shards, one cache line each, threads assigned round-robin) and
 //!   takes it back when it ends, also when it is cancelled: two uncontended
-//!   atomic read-modify-writes, plus a load of the state after the first.
+//!   atomic read-modify-writes, which also tell it whether a drain started
+//!   (the protocol, model-checked with loom, is in `gate.rs`).
 //!   Threads never write the same line unless more than 16 threads run
 //!   calls; the drain sums the shards.
 //!
@@ -35,6 +36,8 @@
 //! it half done; `ResilienceLayer` does that for every request it serves.
 //! Calls under [`observe`](crate::observe) or a deadline alone are new.
 
+mod gate;
+
 use std::fmt;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -43,12 +46,14 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::Error;
+use gate::Entered;
 
 /// Calls are not counted.
 const UNTRACKED: u8 = 0;
 /// Calls are counted and admitted.
 const RUNNING: u8 = 1;
-/// Calls are counted; new ones are refused.
+/// Calls are counted; new ones are refused (by the shards' draining bit,
+/// see `gate`; this state is what readiness reports).
 const DRAINING: u8 = 2;
 
 static STATE: AtomicU8 = AtomicU8::new(UNTRACKED);
@@ -80,8 +85,7 @@ pub(crate) struct InFlight(&'static AtomicUsize);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-        if STATE.load(Ordering::SeqCst) == DRAINING {
+        if gate::leave(self.0) {
             ENDED.notify_waiters();
         }
     }
@@ -101,23 +105,21 @@ pub(crate) fn admit(nested: bool) -> Result<Option<InFlight>, Error> {
 fn admit_counted(nested: bool) -> Result<Option<InFlight>, Error> {
     let shard = SHARD.try_with(|s| *s).unwrap_or(0);
     let counter = &IN_FLIGHT[shard].0;
-    // Count first, then look at the state; the drain sets the state, then
-    // sums the counts. With both in one total order (SeqCst), either this
-    // call sees the drain and backs out, or the drain sees this call.
-    counter.fetch_add(1, Ordering::SeqCst);
-    let guard = InFlight(counter);
-    if !nested && STATE.load(Ordering::SeqCst) == DRAINING {
-        drop(guard);
-        return Err(Error::shutting_down());
+    match gate::enter(counter, nested) {
+        Entered::Admitted => Ok(Some(InFlight(counter))),
+        Entered::Refused => {
+            ENDED.notify_waiters();
+            Err(Error::shutting_down())
+        }
     }
-    Ok(Some(guard))
+}
+
+fn shards() -> impl Iterator<Item = &'static AtomicUsize> {
+    IN_FLIGHT.iter().map(|s| &s.0)
 }
 
 fn in_flight_now() -> usize {
-    IN_FLIGHT
-        .iter()
-        .map(|s| s.0.load(Ordering::SeqCst))
-        .fold(0, usize::wrapping_add)
+    gate::in_flight(shards())
 }
 
 /// Runs `fut` as one unit of work of a graceful shutdown: a request a
@@ -213,6 +215,7 @@ impl GracefulShutdown {
     /// server's own shutdown) is the caller's decision.
     pub async fn drain(&self, within: Duration) -> DrainReport {
         STATE.store(DRAINING, Ordering::SeqCst);
+        gate::start_drain(shards());
         let started = Instant::now();
         let until = started.checked_add(within);
         loop {
@@ -246,7 +249,12 @@ impl GracefulShutdown {
 
     /// Admits new calls again (calls stay counted).
     pub fn resume(&self) {
-        let _ = STATE.compare_exchange(DRAINING, RUNNING, Ordering::SeqCst, Ordering::SeqCst);
+        if STATE
+            .compare_exchange(DRAINING, RUNNING, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            gate::resume(shards());
+        }
     }
 }
 
