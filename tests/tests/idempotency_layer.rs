@@ -353,3 +353,56 @@ async fn a_replayed_give_up_still_says_do_not_retry() {
     assert!(replay.headers().get("idempotent-replayed").is_some());
     assert!(resilient::http::is_do_not_retry(replay.headers()));
 }
+
+async fn post_as(
+    addr: SocketAddr,
+    caller: &str,
+    key: &str,
+    body: &str,
+) -> (StatusCode, bool, String) {
+    let response = reqwest::Client::new()
+        .post(format!("http://{addr}/charges"))
+        .header("authorization", caller)
+        .header("idempotency-key", key)
+        .body(body.to_owned())
+        .send()
+        .await
+        .unwrap();
+    let replayed = response.headers().get("idempotent-replayed").is_some();
+    (response.status(), replayed, response.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn scoped_keys_never_answer_one_caller_with_anothers_response() {
+    let provider = Arc::new(Provider::default());
+    let layer = IdempotencyLayer::new().scope_by_header(axum::http::header::AUTHORIZATION);
+    let addr = serve(provider.clone(), layer).await;
+    let alice = post_as(addr, "Bearer alice", "order-1", "500").await;
+    let bob = post_as(addr, "Bearer bob", "order-1", "500").await;
+    assert_eq!(
+        alice,
+        (StatusCode::CREATED, false, "charge 1 of 500".into())
+    );
+    assert_eq!(bob, (StatusCode::CREATED, false, "charge 2 of 500".into()));
+    // Each caller's repeat is still deduplicated within its own scope.
+    let alice_again = post_as(addr, "Bearer alice", "order-1", "500").await;
+    assert_eq!(
+        alice_again,
+        (StatusCode::CREATED, true, "charge 1 of 500".into())
+    );
+    // Another body under Bob's key is a reuse within Bob's scope only.
+    let bob_other = post_as(addr, "Bearer bob", "order-1", "700").await;
+    assert_eq!(bob_other.0, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(provider.runs.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn unscoped_keys_are_shared_by_every_caller() {
+    // The default, documented: behind authentication, scope the keys.
+    let provider = Arc::new(Provider::default());
+    let addr = serve(provider.clone(), IdempotencyLayer::new()).await;
+    post_as(addr, "Bearer alice", "order-1", "500").await;
+    let bob = post_as(addr, "Bearer bob", "order-1", "500").await;
+    assert_eq!(bob, (StatusCode::CREATED, true, "charge 1 of 500".into()));
+    assert_eq!(provider.runs.load(Ordering::SeqCst), 1);
+}

@@ -58,6 +58,12 @@ const DEFAULT_MAX_BODY: usize = 1 << 20;
 /// keys, oldest forgotten first) and expiring ([`ttl`](Self::ttl)); for
 /// several replicas, keep keys in a shared database instead.
 ///
+/// Keys are shared by every caller of the service unless scoped with
+/// [`scope_by_header`](Self::scope_by_header): a service with more than one
+/// client should scope them by the caller's identity, or one client that
+/// reuses another's key (by accident, or by guessing it) gets the other's
+/// stored answer. Stripe scopes its keys per account for that reason.
+///
 /// ```text
 /// Router::new().route("/charges", post(charge)).layer(IdempotencyLayer::new())
 /// ```
@@ -81,15 +87,20 @@ impl IdempotencyLayer {
     }
 
     fn rebuild(&self, f: impl FnOnce(&mut Settings)) -> Self {
-        let mut settings = self.store.settings;
+        let mut settings = self.store.settings.clone();
         f(&mut settings);
         IdempotencyLayer {
-            store: Arc::new(Store::new(
-                settings.capacity,
-                settings.ttl,
-                settings.max_body,
-            )),
+            store: Arc::new(Store::with(settings)),
         }
+    }
+
+    /// Scopes keys by the value of the request header `name`: the caller's
+    /// credentials (`authorization`) or tenant (`x-tenant-id`). The same key
+    /// from two callers then names two operations, and no caller is ever
+    /// answered with another's stored response. Requests without the
+    /// header share one scope. The header's value is kept only as a hash.
+    pub fn scope_by_header(self, name: ::http::HeaderName) -> Self {
+        self.rebuild(|s| s.scope = Some(name))
     }
 
     /// At most `keys` keys are remembered; past that, the oldest finished
@@ -132,11 +143,13 @@ pub struct Idempotency<S> {
     store: Arc<Store>,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Settings {
     capacity: usize,
     ttl: Duration,
     max_body: usize,
+    /// Keys are per value of this header.
+    scope: Option<::http::HeaderName>,
 }
 
 #[derive(Debug)]
@@ -188,14 +201,31 @@ enum Claim {
 
 impl Store {
     fn new(capacity: usize, ttl: Duration, max_body: usize) -> Self {
+        Store::with(Settings {
+            capacity,
+            ttl,
+            max_body,
+            scope: None,
+        })
+    }
+
+    fn with(settings: Settings) -> Self {
         Store {
-            settings: Settings {
-                capacity,
-                ttl,
-                max_body,
-            },
+            settings,
             hasher: RandomState::new(),
             entries: Mutex::default(),
+        }
+    }
+
+    /// The key as stored: within the caller's scope, when keys are scoped.
+    fn scoped(&self, key: &str, headers: &::http::HeaderMap) -> String {
+        match &self.settings.scope {
+            None => key.to_owned(),
+            Some(name) => {
+                let mut h = self.hasher.build_hasher();
+                h.write(headers.get(name).map_or(&[][..], |v| v.as_bytes()));
+                format!("{:016x} {key}", h.finish())
+            }
         }
     }
 
@@ -440,9 +470,10 @@ where
                 }
             };
             let fingerprint = store.fingerprint(&parts.method, &parts.uri, &bytes);
+            let key = store.scoped(key.as_str(), &parts.headers);
             let mut request = Some(Request::from_parts(parts, ReqB::from(bytes)));
             loop {
-                match store.claim(key.as_str(), fingerprint) {
+                match store.claim(&key, fingerprint) {
                     Claim::Replay(stored) => return Ok(replay(&stored)),
                     Claim::Mismatch => {
                         return Ok(problem(
