@@ -449,3 +449,30 @@ fn an_open_wait_longer_than_a_day_is_refused_not_clamped() {
     )
     .expect("one day is accepted");
 }
+
+#[test]
+fn counts_too_large_for_any_setting_are_refused_with_the_keys_own_range() {
+    let big = "5000000000";
+    let msg = refused_file(
+        &format!("permitted_number_of_calls_in_half_open_state = {big}"),
+        "permitted_number_of_calls_in_half_open_state",
+        big,
+    );
+    assert!(msg.contains("from 1 to 1048575"), "{msg}");
+    assert!(!msg.contains("4294967295"), "{msg}");
+    let msg = refused_file(
+        &format!("sliding_window_size = {big}"),
+        "sliding_window_size",
+        big,
+    );
+    assert!(
+        msg.contains("1000000 calls") && msg.contains("86400 seconds"),
+        "{msg}"
+    );
+    let msg = refused_file(
+        &format!("minimum_number_of_calls = {big}"),
+        "minimum_number_of_calls",
+        big,
+    );
+    assert!(msg.contains("window's size"), "{msg}");
+}

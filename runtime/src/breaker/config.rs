@@ -396,12 +396,22 @@ impl setting::Settings for BreakerConfig {
                 self.wait_duration_in_open_state = setting::millis(value)?
             }
             "permitted_number_of_calls_in_half_open_state" => {
-                self.permitted_number_of_calls_in_half_open_state = setting::count_u32(value)?
+                self.permitted_number_of_calls_in_half_open_state =
+                    setting::count_within(value, &format!("from 1 to {MAX_HALF_OPEN_PERMITS}"))?
             }
             "sliding_window_size" => {
-                self.sliding_window = self.sliding_window.with_size(setting::count_u32(value)?)
+                let range = format!(
+                    "from 1 to {MAX_COUNT_WINDOW} calls (count-based) or {MAX_TIME_WINDOW_SECS} seconds (time-based)"
+                );
+                self.sliding_window = self
+                    .sliding_window
+                    .with_size(setting::count_within(value, &range)?)
             }
-            "minimum_number_of_calls" => self.minimum_number_of_calls = setting::count_u32(value)?,
+            "minimum_number_of_calls" => {
+                // At most the window's size, itself at most MAX_COUNT_WINDOW.
+                let range = format!("from 1 to the window's size (at most {MAX_COUNT_WINDOW})");
+                self.minimum_number_of_calls = setting::count_within(value, &range)?
+            }
             "sliding_window_type" => {
                 let size = self.sliding_window.size();
                 self.sliding_window = setting::one_of(value, WINDOW_TYPES)?.with_size(size);

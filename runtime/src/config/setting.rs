@@ -206,10 +206,10 @@ pub(crate) fn count(value: &RawValue) -> Result<u64, String> {
     }
 }
 
-/// A count that fits in `u32`; larger ones are refused here, since no range
-/// check can see a value that was cut to fit.
-pub(crate) fn count_u32(value: &RawValue) -> Result<u32, String> {
-    u32::try_from(count(value)?).map_err(|_| format!("must be at most {}", u32::MAX))
+/// A count the key allows up to `range`'s end, refused with the key's own
+/// range (not the width of the type it is kept in) when it is larger.
+pub(crate) fn count_within(value: &RawValue, range: &str) -> Result<u32, String> {
+    u32::try_from(count(value)?).map_err(|_| format!("must be {range}"))
 }
 
 /// A duration written as whole milliseconds. Read as `i64` so that a
