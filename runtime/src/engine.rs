@@ -153,7 +153,7 @@ impl Policy {
             return Ok(DepsRef::Static(&NONE));
         }
         if let Some(registry) = Registry::scoped() {
-            return Deps::resolve(&registry, self.names).map(DepsRef::Owned);
+            return Deps::resolve(&registry, self.names).map(|deps| DepsRef::Owned(Box::new(deps)));
         }
         match self
             .global
@@ -165,10 +165,12 @@ impl Policy {
     }
 }
 
-/// The parts of one call: cached for the call site, or resolved for it.
+/// The parts of one call: cached for the call site, or resolved for it
+/// (from a scoped registry; boxed, so that the common case does not carry
+/// the room for four handles in every call's state).
 enum DepsRef {
     Static(&'static Deps),
-    Owned(Deps),
+    Owned(Box<Deps>),
 }
 
 impl DepsRef {
