@@ -13,6 +13,11 @@ use crate::func::Func;
 /// it is almost certainly a mistake.
 pub(crate) const MAX_RETRIES: u32 = 10;
 
+/// The longest duration a key accepts: one day, in milliseconds. Longer is
+/// a unit slip (seconds written as milliseconds), and a deadline past what
+/// the clock can add to now would silently be no deadline at all.
+pub(crate) const MAX_DURATION_MS: u64 = 24 * 60 * 60 * 1000;
+
 /// What validation learned about the function, for the expansion.
 pub(crate) struct Checked {
     /// Does any attempt after the first reuse the arguments?
@@ -49,6 +54,11 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
                 errors.push_spanned(
                     &v.tokens,
                     format!("`{key} = 0` leaves no time at all; give a positive number of milliseconds, or remove `{key}`"),
+                );
+            } else if v.value > MAX_DURATION_MS {
+                errors.push_spanned(
+                    &v.tokens,
+                    format!("`{key} = {}` is more than a day ({MAX_DURATION_MS} ms): no call to a dependency waits that long (was it meant in seconds?); give at most {MAX_DURATION_MS}, or remove `{key}`", v.value),
                 );
             }
         }
