@@ -25,6 +25,70 @@
 //! A relative `PEERS_MD` (or a path given as the first argument that is not
 //! a flag) is taken from the workspace root, since cargo runs benches from
 //! the package's directory.
+//!
+//! # Floor sketches
+//!
+//! The performance issue sets targets as ratios to peers, and asks that a
+//! target shown to be below what the semantics allow be shown so: "a
+//! minimal hand-written version measured in the same run, and what stands
+//! between." The `floor_*` cases are those versions (`floor/mod.rs`): for
+//! each `resilient_*` case, hand-written futures with the same semantics on
+//! the success path and the plain failure path, as a competent engineer
+//! would write them for speed, with no telemetry. Each runs its body in an
+//! attempt frame (a thread-local `Copy` value swapped in for each poll:
+//! the inherited deadline, the path's attempt cap and position, a nested
+//! give-up), checks a graceful shutdown (one relaxed load), and then:
+//!
+//! * `floor_deadline`: one clock read; the deadline is the earlier of the
+//!   inherited one and a second from now; a timer only if the body waits.
+//! * `floor_retries`: no clock read; on a transient error, another attempt
+//!   (a fresh future) after a full-jitter backoff, while the layer's
+//!   retries and the path's cap allow.
+//! * `floor_breaker`: a static breaker with a count window of 100 outcomes;
+//!   admission is one load of the state word; a clock read at the start and
+//!   at the end (a call over 60 s is slow); recording is a `fetch_add` on
+//!   the slot counter and a load of the slot, written only if the outcome
+//!   changed, with the totals and the trip check then.
+//! * `floor_full`: retries, deadline, a per-attempt timeout, the breaker, a
+//!   bulkhead slot (compare-and-swap, given back on drop) and the retry
+//!   budget's request count (per-second buckets tagged with their second);
+//!   one clock read at the start of each attempt, one at its end.
+//!
+//! The ratio tables give each sketch's ratio to the same peer next to the
+//! library's. What stands between a sketch and the library, on the success
+//! path, is what the library does there beyond the semantics above:
+//!
+//! * telemetry: a `tracing` span per call, entered for each poll of an
+//!   attempt (the README has its own cost table);
+//! * finding its parts: a look for a registry scoped around the task (a
+//!   task-local), then the call site's `OnceLock` and the parts' `Arc`s,
+//!   where a sketch names statics;
+//! * a larger frame (whether the call is observed or admitted, a
+//!   transparent frame, a refused inherited deadline), and a second
+//!   thread-local swapped with it on every poll: the retry budget nearest
+//!   the dependency, which a nested layer reports so that an enclosing
+//!   layer asks it before retrying;
+//! * time in integer nanoseconds for the breaker's and the budget's atomics
+//!   (a thread-local cache of the conversion), where the breaker sketch
+//!   compares `Instant`s and converts only to open;
+//! * a budget window with exact running totals (two read-modify-writes per
+//!   request), where the sketch has one tagged bucket per second (one).
+//!
+//! And off the success path the sketches are simpler: one half-open probe
+//! decides (the library admits 10 and judges them by the thresholds); no
+//! time-based window, forced or disabled states, `Retry-After` holds, events,
+//! snapshots or refusal counters; a timer only for a call's own deadline or
+//! timeout (the library also times an inherited deadline, and tells the
+//! enclosing attempt its deadline refused the call, so that layer counts it
+//! as its own timeout, and its breaker counts the cut call as a failure,
+//! where a sketch cut by an enclosing timer records nothing); no
+//! `Retry-After` floor on a backoff; a retry budget
+//! that checks, then counts (racing retries may overrun it by one each;
+//! the library grants by compare-and-swap) and no token bucket; a bulkhead
+//! that never waits for a slot; a graceful shutdown that is a flag (the
+//! library counts calls in flight once one is installed; this benchmark
+//! installs none); no `observe`, fallback, `with_deadline`, `admitted` or
+//! `propagate` frames.
 
 use std::alloc::System;
 use std::any::Any;
@@ -45,6 +109,8 @@ use resilient_benches::{
 };
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 use tower::{Service, ServiceBuilder};
+
+mod floor;
 
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
@@ -75,6 +141,18 @@ impl From<resilient::Error> for E {
 impl resilient::Classify for E {
     fn classify(&self) -> resilient::Classification {
         resilient::Classification::Transient
+    }
+}
+
+impl From<floor::Refusal> for E {
+    fn from(_: floor::Refusal) -> Self {
+        E
+    }
+}
+
+impl floor::Transient for E {
+    fn is_transient(&self) -> bool {
+        true
     }
 }
 
@@ -263,6 +341,30 @@ const CASES: &[Case] = &[
         run: |m| m.drive(|x| ok(poll_to_end(r_full(x)))),
     },
     Case {
+        id: "floor_deadline",
+        label: "floor sketch: `deadline_ms` semantics by hand",
+        two_threads: false,
+        run: |m| m.drive(|x| ok(poll_to_end(floor::deadline(move || bare(x))))),
+    },
+    Case {
+        id: "floor_retries",
+        label: "floor sketch: `retries` semantics by hand",
+        two_threads: false,
+        run: |m| m.drive(|x| ok(poll_to_end(floor::retries(move || bare(x))))),
+    },
+    Case {
+        id: "floor_breaker",
+        label: "floor sketch: `breaker` semantics by hand",
+        two_threads: true,
+        run: |m| m.drive(|x| ok(poll_to_end(floor::breaker(move || bare(x))))),
+    },
+    Case {
+        id: "floor_full",
+        label: "floor sketch: full-stack semantics by hand",
+        two_threads: true,
+        run: |m| m.drive(|x| ok(poll_to_end(floor::full(move || bare(x))))),
+    },
+    Case {
         id: "tower_retry",
         label: "tower `Retry`",
         two_threads: false,
@@ -389,62 +491,80 @@ const CASES: &[Case] = &[
     },
 ];
 
-/// The comparisons the performance issue sets targets on:
-/// (what, resilient case, peer case, target ratio if any).
-const RATIOS: &[(&str, &str, &str, Option<f64>)] = &[
-    (
-        "full stack vs tower retry+timeout+concurrency-limit",
-        "resilient_full",
-        "tower_stack",
-        Some(0.6),
-    ),
-    (
-        "`retries` vs backon",
-        "resilient_retries",
-        "backon_retry",
-        Some(1.0),
-    ),
-    (
-        "`retries` vs tower `Retry`",
-        "resilient_retries",
-        "tower_retry",
-        None,
-    ),
-    (
-        "`deadline_ms` vs tower `Timeout`",
-        "resilient_deadline",
-        "tower_timeout",
-        Some(1.0),
-    ),
-    (
-        "`breaker` vs recloser",
-        "resilient_breaker",
-        "recloser_breaker",
-        Some(0.5),
-    ),
-    (
-        "`breaker` vs failsafe",
-        "resilient_breaker",
-        "failsafe_breaker",
-        None,
-    ),
-    (
-        "`breaker` vs tower-resilience breaker",
-        "resilient_breaker",
-        "tr_breaker",
-        None,
-    ),
-    (
-        "full stack vs tower-resilience stack",
-        "resilient_full",
-        "tr_stack",
-        None,
-    ),
+/// One comparison the performance issue sets a target on (or shows next to
+/// one): the resilient case over the peer's, and the floor sketch of the
+/// same semantics over the same peer.
+struct Ratio {
+    what: &'static str,
+    ours: &'static str,
+    floor: &'static str,
+    peer: &'static str,
+    target: Option<f64>,
+}
+
+const RATIOS: &[Ratio] = &[
+    Ratio {
+        what: "full stack vs tower retry+timeout+concurrency-limit",
+        ours: "resilient_full",
+        floor: "floor_full",
+        peer: "tower_stack",
+        target: Some(0.6),
+    },
+    Ratio {
+        what: "`retries` vs backon",
+        ours: "resilient_retries",
+        floor: "floor_retries",
+        peer: "backon_retry",
+        target: Some(1.0),
+    },
+    Ratio {
+        what: "`retries` vs tower `Retry`",
+        ours: "resilient_retries",
+        floor: "floor_retries",
+        peer: "tower_retry",
+        target: None,
+    },
+    Ratio {
+        what: "`deadline_ms` vs tower `Timeout`",
+        ours: "resilient_deadline",
+        floor: "floor_deadline",
+        peer: "tower_timeout",
+        target: Some(1.0),
+    },
+    Ratio {
+        what: "`breaker` vs recloser",
+        ours: "resilient_breaker",
+        floor: "floor_breaker",
+        peer: "recloser_breaker",
+        target: Some(0.5),
+    },
+    Ratio {
+        what: "`breaker` vs failsafe",
+        ours: "resilient_breaker",
+        floor: "floor_breaker",
+        peer: "failsafe_breaker",
+        target: None,
+    },
+    Ratio {
+        what: "`breaker` vs tower-resilience breaker",
+        ours: "resilient_breaker",
+        floor: "floor_breaker",
+        peer: "tr_breaker",
+        target: None,
+    },
+    Ratio {
+        what: "full stack vs tower-resilience stack",
+        ours: "resilient_full",
+        floor: "floor_full",
+        peer: "tr_stack",
+        target: None,
+    },
 ];
 
 /// The two-thread comparison with a target: each thread's time per call
-/// through one shared breaker over the one-thread time.
-const TWO_THREAD_TARGET: (&str, f64) = ("resilient_breaker", 1.5);
+/// through one shared breaker over the one-thread time; and the same of the
+/// breaker's floor sketch.
+const TWO_THREAD_TARGET: (&str, &str, f64) = ("resilient_breaker", "floor_breaker", 1.5);
 
 fn case(id: &str) -> Option<&'static Case> {
     CASES.iter().find(|c| c.id == id)
@@ -579,6 +699,17 @@ fn header(what: &str) -> String {
     format!("{what}\n\nMachine: {}. Peers: {versions}.\n", machine())
 }
 
+/// The ratio tables: each comparison's resilient figure over the peer's,
+/// its target, and the floor sketch's figure over the same peer. A target
+/// below the sketch's ratio is below what the semantics allow.
+/// What the tables say of the floor sketches.
+const FLOOR_NOTE: &str = "The floor sketches (`benches/benches/floor/mod.rs`) \
+    are the same semantics written by hand for speed, without telemetry (no \
+    `tracing` span, no metrics), measured in the same run: a floor sketch ratio \
+    is the sketch's figure over the same peer's, and a target below it asks for \
+    less than the semantics allow. `benches/peers.rs` lists what the library \
+    does that the sketches do not.";
+
 fn ratio_table(value: &dyn Fn(&str) -> Option<f64>, unit: &str) -> Table {
     let mut t = Table::new(&[
         "comparison",
@@ -586,31 +717,59 @@ fn ratio_table(value: &dyn Fn(&str) -> Option<f64>, unit: &str) -> Table {
         &format!(">peer {unit}"),
         ">ratio",
         ">target",
+        &format!(">floor sketch {unit}"),
+        ">floor sketch ratio",
     ]);
-    for (what, ours, peer, target) in RATIOS {
-        let (a, b) = (value(ours), value(peer));
-        let ratio = match (a, b) {
-            (Some(a), Some(b)) => a / b,
-            _ => f64::NAN,
-        };
-        t.row(vec![
-            what.to_string(),
-            a.map_or("-".into(), fmt_num),
-            b.map_or("-".into(), fmt_num),
-            fmt_ratio(ratio),
-            target.map_or(String::new(), |t: f64| {
-                let met = if ratio.is_nan() {
-                    "not measured"
-                } else if ratio <= t {
-                    "met"
-                } else {
-                    "not met"
-                };
-                format!("≤ {t}x ({met})")
-            }),
-        ]);
+    for r in RATIOS {
+        let peer = value(r.peer);
+        t.row(ratio_row(
+            r.what,
+            (value(r.ours), peer),
+            (value(r.floor), peer),
+            r.target,
+        ));
     }
     t
+}
+
+/// One row of a ratio table: `ours` over `base` (the peer's figure), and
+/// the floor sketch's `floor` over `floor_base` (the same peer's, in the
+/// tables of peers).
+fn ratio_row(
+    what: &str,
+    (ours, base): (Option<f64>, Option<f64>),
+    (floor, floor_base): (Option<f64>, Option<f64>),
+    target: Option<f64>,
+) -> Vec<String> {
+    let over = |x: Option<f64>, y: Option<f64>| match (x, y) {
+        (Some(x), Some(y)) => x / y,
+        _ => f64::NAN,
+    };
+    let (ratio, floor_ratio) = (over(ours, base), over(floor, floor_base));
+    let cell = |x: Option<f64>| x.map_or("-".into(), fmt_num);
+    vec![
+        what.to_string(),
+        cell(ours),
+        cell(base),
+        fmt_ratio(ratio),
+        target.map_or(String::new(), |t: f64| {
+            let met = if ratio.is_nan() {
+                "not measured"
+            } else if ratio <= t {
+                "met"
+            } else {
+                "not met"
+            };
+            let below_floor = if floor_ratio > t {
+                "; below the floor sketch"
+            } else {
+                ""
+            };
+            format!("≤ {t}x ({met}{below_floor})")
+        }),
+        cell(floor),
+        fmt_ratio(floor_ratio),
+    ]
 }
 
 fn write_out(text: &str) -> Result<(), Box<dyn StdError>> {
@@ -651,7 +810,7 @@ fn render_instructions(file: &str) -> Result<(), Box<dyn StdError>> {
          `rdtsc`), so it has no two-thread figure. Under valgrind a clock read \
          is a system call, not the vDSO: its user-space part counts (see the \
          `Instant::now()` row), the kernel's does not, so cases that read the \
-         clock more cost more than their count says.\n\n{}\n{}",
+         clock more cost more than their count says. {FLOOR_NOTE}\n\n{}\n{}",
         header("### Instructions per call"),
         t.markdown(),
         ratios.markdown()
@@ -682,6 +841,9 @@ fn main() -> Result<(), Box<dyn StdError>> {
         (c.run)(Mode::Iters(iters));
         if c.id.starts_with("resilient_breaker") || c.id.starts_with("resilient_full") {
             check_breaker()?;
+        }
+        if c.id.starts_with("floor_breaker") || c.id.starts_with("floor_full") {
+            floor::check()?;
         }
         return Ok(());
     }
@@ -717,6 +879,7 @@ fn main() -> Result<(), Box<dyn StdError>> {
     }
 
     check_breaker()?;
+    floor::check()?;
 
     // Two threads: each thread's median over the samples it took while the
     // other ran too (see `concurrent_samples`); too few such samples and
@@ -774,26 +937,28 @@ fn main() -> Result<(), Box<dyn StdError>> {
     }
 
     let mut rt = ratio_table(&|id| one.get(id).map(|t| t.median_ns), "ns");
-    let (id, target) = TWO_THREAD_TARGET;
-    let base = one[id].median_ns;
-    let worst = two.get(id).map_or(f64::NAN, |t| t[0].max(t[1]));
-    let ratio = worst / base;
-    let met = if ratio.is_nan() {
-        "not measured: the threads never ran at once"
-    } else if ratio <= target {
-        "met"
-    } else {
-        "not met"
-    };
-    rt.row(vec![
-        "`breaker`, two threads sharing it vs one thread (slower thread)".to_owned(),
-        fmt_num(worst),
-        fmt_num(base),
-        fmt_ratio(ratio),
-        format!("≤ {target}x ({met})"),
-    ]);
+    // Two threads: the slower thread's figure over the same case's
+    // one-thread figure (in the peer column), for the library and for its
+    // floor sketch.
+    let (id, floor_id, target) = TWO_THREAD_TARGET;
+    let worst = |id: &str| two.get(id).map(|t| t[0].max(t[1]));
+    let alone = |id: &str| one.get(id).map(|t| t.median_ns);
+    let mut row = ratio_row(
+        "`breaker`, two threads sharing it vs one thread (slower thread)",
+        (worst(id), alone(id)),
+        (worst(floor_id), alone(floor_id)),
+        Some(target),
+    );
+    if worst(id).is_none() {
+        row[4] = row[4].replace(
+            "not measured",
+            "not measured: the threads never ran at once",
+        );
+    }
+    rt.row(row);
 
     check_breaker()?;
+    floor::check()?;
 
     let out = format!(
         "{}\nTime per call: median over {} samples of the calling thread's CPU time \
@@ -808,7 +973,9 @@ fn main() -> Result<(), Box<dyn StdError>> {
          \"threads at once\" is both threads' CPU time over the wall-clock \
          time they sampled in (2 on a quiet 2-core machine; lower here, where \
          other processes take turns on the cores). A ratio is the resilient \
-         figure over the peer's.\n\n{}\n{}\n{}",
+         figure over the peer's. {FLOOR_NOTE} In the two-thread row, the \
+         floor sketch ratio is the sketch's slower thread over its own one-thread \
+         figure.\n\n{}\n{}\n{}",
         header("### Success path, time per call"),
         settings.samples,
         if quick {

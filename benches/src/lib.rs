@@ -5,7 +5,8 @@
 //!   two threads sharing one breaker.
 //! - `peers` (its own harness, built on this library): `resilient` next to
 //!   tower, backon, failsafe, recloser and tower-resilience on the same
-//!   operation, with the floors (a bare call, a clock read, an atomic RMW),
+//!   operation, with the floors (a bare call, a clock read, an atomic RMW)
+//!   and floor sketches (the same semantics written by hand, for speed),
 //!   per-thread CPU time per call, allocations per call and the ratios the
 //!   performance issue names. `benches/callgrind.sh` counts instructions per
 //!   call of the same cases under valgrind, which a loaded machine does not
