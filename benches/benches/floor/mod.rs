@@ -253,15 +253,16 @@ impl<F: Future> Attempt<F> {
         this.body.set(Some(body));
     }
 
-    /// The body's output, with the frame as the nested calls left it.
-    fn poll_body(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<(F::Output, Frame)> {
+    /// The body's output. The frame, as the nested calls left it, stays
+    /// readable (`attempt.frame`) until the next attempt starts.
+    fn poll_body(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let mut this = self.project();
         let Some(body) = this.body.as_mut().as_pin_mut() else {
             panic!("an attempt polled before it started");
         };
         let out = ready!(enter(this.frame, || body.poll(cx)));
         *this.live = false;
-        Poll::Ready((out, *this.frame))
+        Poll::Ready(out)
     }
 
     /// The body's output, or `None` when the frame's deadline passed first.
@@ -272,12 +273,12 @@ impl<F: Future> Attempt<F> {
         mut self: Pin<&mut Self>,
         mut sleep: Pin<&mut Option<Sleep>>,
         cx: &mut Context<'_>,
-    ) -> Poll<(Option<F::Output>, Frame)> {
-        if let Poll::Ready((out, frame)) = self.as_mut().poll_body(cx) {
+    ) -> Poll<Option<F::Output>> {
+        if let Poll::Ready(out) = self.as_mut().poll_body(cx) {
             if sleep.is_some() {
                 sleep.set(None);
             }
-            return Poll::Ready((Some(out), frame));
+            return Poll::Ready(Some(out));
         }
         let this = self.project();
         let Some(at) = this.frame.deadline else {
@@ -293,7 +294,7 @@ impl<F: Future> Attempt<F> {
         let mut body = this.body;
         enter(this.frame, || body.set(None));
         *this.live = false;
-        Poll::Ready((None, *this.frame))
+        Poll::Ready(None)
     }
 }
 
@@ -720,7 +721,8 @@ where
             let frame = Frame::attempt(&path, path.base, false, deadline);
             this.attempt.as_mut().start(frame, make());
         }
-        let (out, frame) = ready!(this.attempt.poll_timed(this.timer, cx));
+        let out = ready!(this.attempt.as_mut().poll_timed(this.timer, cx));
+        let frame = &this.attempt.frame;
         reach(frame.high);
         Poll::Ready(match out {
             Some(Ok(v)) => Ok(v),
@@ -748,11 +750,9 @@ pin_project! {
     /// on the success path.
     pub(crate) struct RetryCall<M, F> {
         make: M,
-        // The path the call started on, its cap raised.
-        path: Frame,
-        // This call's position on the path.
-        position: u32,
-        // Attempts started; 0 before the first poll.
+        // Attempts started; 0 before the first poll. The last attempt's
+        // frame carries the call's path (its cap and deadline are the
+        // call's, and its `high` is the call's position after it).
         number: u32,
         #[pin]
         attempt: Attempt<F>,
@@ -768,8 +768,6 @@ where
 {
     RetryCall {
         make,
-        path: Frame::NONE,
-        position: 0,
         number: 0,
         attempt: Attempt::idle(),
         backoff: None,
@@ -795,8 +793,6 @@ where
             if path.deadline.is_some_and(|d| Instant::now() >= d) {
                 return Poll::Ready(Err(Refusal::DeadlineExceeded.into()));
             }
-            *this.path = path;
-            *this.position = path.base;
             *this.number = 1;
             let frame = Frame::attempt(&path, path.base, false, path.deadline);
             this.attempt.as_mut().start(frame, (this.make)());
@@ -806,14 +802,15 @@ where
                 ready!(sleep.poll(cx));
                 this.backoff.set(None);
                 *this.number += 1;
-                let frame = Frame::attempt(this.path, *this.position, true, this.path.deadline);
+                let last = this.attempt.frame;
+                let frame = Frame::attempt(&last, last.high, true, last.deadline);
                 this.attempt.as_mut().start(frame, (this.make)());
             }
             // No timer of its own: an inherited deadline is the enclosing
             // attempt's timer, which drops this call when it fires.
-            let (out, frame) = ready!(this.attempt.as_mut().poll_body(cx));
-            *this.position = (*this.position).max(frame.high);
-            reach(*this.position);
+            let out = ready!(this.attempt.as_mut().poll_body(cx));
+            let frame = &this.attempt.frame;
+            reach(frame.high);
             let error = match out {
                 Ok(v) => return Poll::Ready(Ok(v)),
                 Err(e) if e.is_transient() => e,
@@ -822,14 +819,13 @@ where
             };
             // A nested layer gave up (retrying too would multiply attempts),
             // this layer's retries are spent, or the path's.
-            if frame.gave_up || *this.number >= ATTEMPTS || *this.position >= this.path.cap {
+            if frame.gave_up || *this.number >= ATTEMPTS || frame.high >= frame.cap {
                 give_up();
                 return Poll::Ready(Err(error));
             }
             let delay = full_jitter(*this.number - 1);
             // A sleep that ends at or past the deadline is not slept.
-            let too_late = this
-                .path
+            let too_late = frame
                 .deadline
                 .is_some_and(|d| Instant::now().checked_add(delay).is_none_or(|w| w >= d));
             if too_late {
@@ -898,11 +894,12 @@ where
             this.attempt.as_mut().start(frame, make());
         }
         // No timer of its own, as for `RetryCall`.
-        let (out, frame) = ready!(this.attempt.poll_body(cx));
+        let out = ready!(this.attempt.as_mut().poll_body(cx));
         let end = Instant::now();
         if let Some(permit) = this.permit.take() {
             permit.record(verdict(Some(&out)), end);
         }
+        let frame = &this.attempt.frame;
         reach(frame.high);
         if let Err(e) = &out
             && frame.gave_up
@@ -923,12 +920,12 @@ pin_project! {
     /// (and, after a failure, the retry decision).
     pub(crate) struct FullCall<M, F> {
         make: M,
-        path: Frame,
         // The call's deadline: the earlier of the inherited one and one
         // second from the start.
         deadline: Option<Instant>,
+        // It is this call's own (passing it is this call's give-up).
         own: bool,
-        position: u32,
+        // Attempts started, as for `RetryCall`.
         number: u32,
         #[pin]
         attempt: Attempt<F>,
@@ -950,10 +947,8 @@ where
 {
     FullCall {
         make,
-        path: Frame::NONE,
         deadline: None,
         own: false,
-        position: 0,
         number: 0,
         attempt: Attempt::idle(),
         sleep: None,
@@ -972,7 +967,7 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
-        // When to start an attempt, if now.
+        // An attempt to start now: when, on which path, at which position.
         let mut start = None;
         if *this.number == 0 {
             let path = match begin(ATTEMPTS) {
@@ -987,9 +982,7 @@ where
             }
             *this.own = own.is_some() && deadline == own && own != path.deadline;
             *this.deadline = deadline;
-            *this.path = path;
-            *this.position = path.base;
-            start = Some(now);
+            start = Some((now, path, path.base));
         }
         loop {
             if *this.backing_off {
@@ -998,9 +991,10 @@ where
                 }
                 this.sleep.set(None);
                 *this.backing_off = false;
-                start = Some(Instant::now());
+                let last = this.attempt.frame;
+                start = Some((Instant::now(), last, last.high));
             }
-            if let Some(now) = start.take() {
+            if let Some((now, path, base)) = start.take() {
                 *this.number += 1;
                 // The breaker first (an open one costs nothing more), the
                 // bulkhead last (a slot only for an attempt that runs).
@@ -1015,21 +1009,21 @@ where
                     }
                 }
                 // A request earns retry budget once, when it goes out.
-                if *this.number == 1 && !this.path.in_retry {
+                if *this.number == 1 && !path.in_retry {
                     BUDGET.on_request(now);
                 }
                 let timer = earliest(*this.deadline, now.checked_add(TIMEOUT));
-                let frame = Frame::attempt(this.path, *this.position, *this.number > 1, timer);
+                let frame = Frame::attempt(&path, base, *this.number > 1, timer);
                 this.attempt.as_mut().start(frame, (this.make)());
             }
-            let (out, frame) = ready!(this.attempt.as_mut().poll_timed(this.sleep.as_mut(), cx));
+            let out = ready!(this.attempt.as_mut().poll_timed(this.sleep.as_mut(), cx));
             let end = Instant::now();
             if let Some((permit, slot)) = this.held.take() {
                 permit.record(verdict(out.as_ref()), end);
                 drop(slot);
             }
-            *this.position = (*this.position).max(frame.high);
-            reach(*this.position);
+            let frame = &this.attempt.frame;
+            reach(frame.high);
             let error = match out {
                 Some(Ok(v)) => return Poll::Ready(Ok(v)),
                 Some(Err(e)) if e.is_transient() => e,
@@ -1044,7 +1038,7 @@ where
                 // The attempt's timeout: another attempt may succeed.
                 None => Refusal::TimedOut.into(),
             };
-            if frame.gave_up || *this.number >= ATTEMPTS || *this.position >= this.path.cap {
+            if frame.gave_up || *this.number >= ATTEMPTS || frame.high >= frame.cap {
                 give_up();
                 return Poll::Ready(Err(error));
             }
