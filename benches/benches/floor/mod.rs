@@ -46,7 +46,10 @@ use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 
 // ---------------------------------------------------------------------------
-// The benchmarked attributes, and the library's defaults for the rest.
+// The benchmarked attributes, and the library's defaults for the rest. The
+// durations are fixed and short: an `Instant` plus one of them cannot
+// overflow, so they are added with `+` (the library, whose durations come
+// from users, saturates).
 
 /// `deadline_ms = 1000`.
 const DEADLINE: Duration = Duration::from_millis(1000);
@@ -382,7 +385,7 @@ static CIRCUIT: Circuit = Circuit {
 struct Permit {
     circuit: &'static Circuit,
     word: u64,
-    slow_after: Option<Instant>,
+    slow_after: Instant,
 }
 
 impl Circuit {
@@ -392,7 +395,7 @@ impl Circuit {
         let permit = |word| Permit {
             circuit: self,
             word,
-            slow_after: now.checked_add(SLOW_CALL),
+            slow_after: now + SLOW_CALL,
         };
         match word & PHASE {
             CLOSED => Ok(permit(word)),
@@ -505,7 +508,7 @@ impl Permit {
             return; // dropped: a probe is given back
         };
         let word = std::mem::take(&mut self.word); // closed: disarms `drop`
-        let slow = self.slow_after.is_some_and(|at| end > at);
+        let slow = end > self.slow_after;
         self.circuit.record(word, failed, slow, end);
     }
 }
@@ -710,15 +713,22 @@ where
                 Err(refusal) => return Poll::Ready(Err(refusal.into())),
             };
             let now = Instant::now();
-            let own = now.checked_add(DEADLINE);
-            let deadline = earliest(path.deadline, own);
-            // Only an inherited deadline can have passed already: the
-            // enclosing attempt's timer, not a give-up of this call.
-            if deadline.is_some_and(|d| now >= d) {
-                return Poll::Ready(Err(Refusal::DeadlineExceeded.into()));
-            }
-            *this.own = own.is_some() && deadline == own && own != path.deadline;
-            let frame = Frame::attempt(&path, path.base, false, deadline);
+            let own = now + DEADLINE;
+            let deadline = match path.deadline {
+                // Only an inherited deadline can have passed already: the
+                // enclosing attempt's timer, not a give-up of this call.
+                Some(d) if d <= own => {
+                    if now >= d {
+                        return Poll::Ready(Err(Refusal::DeadlineExceeded.into()));
+                    }
+                    d
+                }
+                _ => {
+                    *this.own = true;
+                    own
+                }
+            };
+            let frame = Frame::attempt(&path, path.base, false, Some(deadline));
             this.attempt.as_mut().start(frame, make());
         }
         let out = ready!(this.attempt.as_mut().poll_timed(this.timer, cx));
@@ -975,13 +985,19 @@ where
                 Err(refusal) => return Poll::Ready(Err(refusal.into())),
             };
             let now = Instant::now();
-            let own = now.checked_add(DEADLINE);
-            let deadline = earliest(path.deadline, own);
-            if deadline.is_some_and(|d| now >= d) {
-                return Poll::Ready(Err(Refusal::DeadlineExceeded.into()));
-            }
-            *this.own = own.is_some() && deadline == own && own != path.deadline;
-            *this.deadline = deadline;
+            let own = now + DEADLINE;
+            *this.deadline = Some(match path.deadline {
+                Some(d) if d <= own => {
+                    if now >= d {
+                        return Poll::Ready(Err(Refusal::DeadlineExceeded.into()));
+                    }
+                    d
+                }
+                _ => {
+                    *this.own = true;
+                    own
+                }
+            });
             start = Some((now, path, path.base));
         }
         loop {
@@ -1012,7 +1028,7 @@ where
                 if *this.number == 1 && !path.in_retry {
                     BUDGET.on_request(now);
                 }
-                let timer = earliest(*this.deadline, now.checked_add(TIMEOUT));
+                let timer = earliest(*this.deadline, Some(now + TIMEOUT));
                 let frame = Frame::attempt(&path, base, *this.number > 1, timer);
                 this.attempt.as_mut().start(frame, (this.make)());
             }
