@@ -272,6 +272,8 @@ impl<F: Future> Attempt<F> {
     /// The timer (`sleep`, the call's one slot for a `Sleep`) is made only
     /// once the body has had to wait: a body ready at once never touches
     /// tokio's timer.
+    // Inlined into each call's `poll`: the success path.
+    #[inline(always)]
     fn poll_timed(
         mut self: Pin<&mut Self>,
         mut sleep: Pin<&mut Option<Sleep>>,
@@ -390,6 +392,7 @@ struct Permit {
 
 impl Circuit {
     /// Admits a call at `now`: a closed breaker at one load.
+    #[inline]
     fn try_acquire(&'static self, now: Instant) -> Result<Permit, Refusal> {
         let word = self.head.state.load(Ordering::Acquire);
         let permit = |word| Permit {
@@ -416,14 +419,10 @@ impl Circuit {
         }
     }
 
+    #[inline]
     fn record(&self, word: u64, failed: bool, slow: bool, now: Instant) {
         if word & PHASE == HALF_OPEN {
-            if failed || slow {
-                self.open(word, now);
-            } else {
-                self.close(word);
-            }
-            return;
+            return self.record_probe(word, failed || slow, now);
         }
         // Admitted under an earlier state: not evidence about this one.
         if self.head.state.load(Ordering::Acquire) != word {
@@ -434,9 +433,14 @@ impl Circuit {
         let slot = &self.window.slots[i as usize];
         // A success replacing a success changes nothing: no write, so the
         // threads sharing the breaker do not bounce the slot's line.
-        if slot.load(Ordering::Relaxed) == new {
-            return;
+        if slot.load(Ordering::Relaxed) != new {
+            self.replace(slot, new, word, now);
         }
+    }
+
+    /// Puts a changed outcome into its slot, updates the totals, and opens
+    /// the breaker if that tripped it.
+    fn replace(&self, slot: &AtomicU8, new: u8, word: u64, now: Instant) {
         let old = slot.swap(new, Ordering::AcqRel);
         let bit = |v: u8, b: u8| v & b != 0;
         let w = &self.window;
@@ -450,6 +454,15 @@ impl Circuit {
         // Only a failure or a slow call coming in can open it.
         if new & !old & 0b110 != 0 && self.tripped() {
             self.open(word, now);
+        }
+    }
+
+    /// The half-open probe's outcome decides: closed again, or open.
+    fn record_probe(&self, word: u64, bad: bool, now: Instant) {
+        if bad {
+            self.open(word, now);
+        } else {
+            self.close(word);
         }
     }
 
@@ -503,6 +516,7 @@ impl Circuit {
 impl Permit {
     /// Records the call's outcome: `Some(failed)`, or `None` for an error
     /// that counts as neither failure nor success.
+    #[inline]
     fn record(mut self, failed: Option<bool>, end: Instant) {
         let Some(failed) = failed else {
             return; // dropped: a probe is given back
