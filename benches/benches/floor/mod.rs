@@ -634,8 +634,9 @@ fn count(buckets: &Buckets, second: u64) {
     let mut w = bucket.load(Ordering::Relaxed);
     loop {
         if w & !COUNT == tag {
-            // (A bucket started anew for a later second since the load
-            // takes this count into that second: harmless.)
+            // (Should another thread start the bucket anew for a later
+            // second just after the load, this count lands in that second:
+            // harmless.)
             bucket.fetch_add(1, Ordering::Relaxed);
             return;
         }
