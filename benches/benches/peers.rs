@@ -69,10 +69,10 @@
 //!   task-local), then the call site's `OnceLock` and the parts' `Arc`s,
 //!   where a sketch names statics;
 //! * a larger frame (whether the call is observed or admitted, a
-//!   transparent frame, a refused inherited deadline), and a second
-//!   thread-local swapped with it on every poll: the retry budget nearest
-//!   the dependency, which a nested layer reports so that an enclosing
-//!   layer asks it before retrying;
+//!   transparent frame, a refused inherited deadline, a count of nested
+//!   give-ups) and the retry budget nearest the dependency, which a nested
+//!   layer reports so that an enclosing layer asks it before retrying (kept
+//!   in a second thread-local, touched only by frames that hold one);
 //! * time in integer nanoseconds for the breaker's and the budget's atomics
 //!   (a thread-local cache of the conversion), where the breaker sketch
 //!   compares `Instant`s and converts only to open;
