@@ -599,6 +599,11 @@ impl<C> Call<C> {
 #[inline]
 #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
 fn finish_in(span: &CallSpan, admission: Admission<'_>, outcome: Outcome, end: Option<Instant>) {
+    // Without a clock read there is nothing to record (no breaker,
+    // throttle or budget): the admission only gives back its permits.
+    if end.is_none() {
+        return;
+    }
     #[cfg(feature = "tracing")]
     let _in_span = span.enter();
     admission.finish(outcome, end);
