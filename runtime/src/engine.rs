@@ -153,7 +153,7 @@ impl Policy {
             return Ok(DepsRef::Static(&NONE));
         }
         if let Some(registry) = Registry::scoped() {
-            return Deps::resolve(&registry, self.names).map(|deps| DepsRef::Owned(Box::new(deps)));
+            return Deps::resolve(&registry, self.names).map(DepsRef::Owned);
         }
         match self
             .global
@@ -165,12 +165,10 @@ impl Policy {
     }
 }
 
-/// The parts of one call: cached for the call site, or resolved for it
-/// (from a scoped registry; boxed, so that the common case does not carry
-/// the room for four handles in every call's state).
+/// The parts of one call: cached for the call site, or resolved for it.
 enum DepsRef {
     Static(&'static Deps),
-    Owned(Box<Deps>),
+    Owned(Deps),
 }
 
 impl DepsRef {
