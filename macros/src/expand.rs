@@ -1,7 +1,7 @@
 //! Generating the wrapped function. See the `resilient` crate docs for what
 //! the expansion looks like and why.
 
-use proc_macro2::{Delimiter, Group, Span, TokenStream, TokenTree};
+use proc_macro2::{Delimiter, Group, Spacing, Span, TokenStream, TokenTree};
 use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{FnArg, Pat, PatIdent, Path, ReturnType, parse_quote};
@@ -64,6 +64,20 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
             let typed = match arg {
                 FnArg::Receiver(r) => {
                     call_args.push(r.self_token.to_token_stream());
+                    if checked.copies_receiver {
+                        // `self: Arc<Self>`: each attempt gets its own
+                        // clone, under the name the body's `self` is
+                        // renamed to (see `rename_self`). Reported at the
+                        // receiver's type if not `Clone`, like an argument.
+                        let ty_span = r.ty.span();
+                        let krate_at_ty = respan(&krate, ty_span);
+                        let mutability = r.mutability.take();
+                        let copy = self_copy(r.self_token.span);
+                        let source = syn::Ident::new("self", r.self_token.span.located_at(ty_span));
+                        rebinds.push(quote_spanned! {ty_span=>
+                            let #mutability #copy = #krate_at_ty::__private::ReusableArgument::reuse(&#source);
+                        });
+                    }
                     continue;
                 }
                 FnArg::Typed(typed) => typed,
@@ -144,6 +158,13 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
 
     // Each attempt's future: the body, in an `async move` block that knows
     // the declared return type before it reads the body (see `attempt_block`).
+    let body = if checked.copies_receiver {
+        let mut renamed = Group::new(body.delimiter(), rename_self(body.stream()));
+        renamed.set_span(body.span());
+        renamed
+    } else {
+        body
+    };
     let attempt = attempt_block(&body, &destructures, (!has_impl).then_some(&**ret));
 
     let retries = args.retries.as_ref().map_or(0, |r| r.value);
@@ -362,4 +383,59 @@ fn attempt_block(body: &Group, destructures: &[TokenStream], ret: Option<&syn::T
     );
     block.set_span(body.span());
     block
+}
+
+/// The name each attempt's clone of a shared `self` (`self: Arc<Self>`) is
+/// bound to, with the hygiene of the `self` it replaces: `self` itself
+/// cannot be rebound, and an attempt cannot move the caller's.
+fn self_copy(span: Span) -> syn::Ident {
+    syn::Ident::new("__resilient_self", span)
+}
+
+/// The body with its `self` renamed to [`self_copy`], so that each attempt
+/// uses its own clone of a shared receiver, as `#[tracing::instrument]`
+/// renames `self` for `#[async_trait]` methods. Left alone: `self::` paths,
+/// `$self` in a nested `macro_rules!`, and nested functions (from the `fn`
+/// to the end of their body), whose `self` is their own.
+fn rename_self(tokens: TokenStream) -> TokenStream {
+    let mut out = Vec::new();
+    let mut tokens = tokens.into_iter().peekable();
+    while let Some(tt) = tokens.next() {
+        match tt {
+            TokenTree::Ident(ident) if ident == "fn" => {
+                out.push(TokenTree::Ident(ident));
+                for tt in tokens.by_ref() {
+                    let end = match &tt {
+                        TokenTree::Group(g) => g.delimiter() == Delimiter::Brace,
+                        TokenTree::Punct(p) => p.as_char() == ';',
+                        _ => false,
+                    };
+                    out.push(tt);
+                    if end {
+                        break;
+                    }
+                }
+            }
+            TokenTree::Ident(ident) if ident == "self" => {
+                let path = matches!(
+                    tokens.peek(),
+                    Some(TokenTree::Punct(p)) if p.as_char() == ':' && p.spacing() == Spacing::Joint
+                );
+                let metavariable =
+                    matches!(out.last(), Some(TokenTree::Punct(p)) if p.as_char() == '$');
+                out.push(TokenTree::Ident(if path || metavariable {
+                    ident
+                } else {
+                    self_copy(ident.span())
+                }));
+            }
+            TokenTree::Group(g) => {
+                let mut renamed = Group::new(g.delimiter(), rename_self(g.stream()));
+                renamed.set_span(g.span());
+                out.push(TokenTree::Group(renamed));
+            }
+            other => out.push(other),
+        }
+    }
+    out.into_iter().collect()
 }
