@@ -30,6 +30,17 @@ fn respan(tokens: &impl ToTokens, span: Span) -> TokenStream {
         .collect()
 }
 
+/// `tokens` with the first at `first` and the rest at `rest`: rustc spans
+/// an expression or type from its first token to its last.
+fn opened_at(tokens: &TokenStream, first: Span, rest: Span) -> TokenStream {
+    let mut tokens = respan(tokens, rest).into_iter();
+    let Some(mut head) = tokens.next() else {
+        return TokenStream::new();
+    };
+    head.set_span(first);
+    std::iter::once(head).chain(tokens).collect()
+}
+
 /// `ident`, reported at `location` but resolved with its own hygiene.
 fn at(ident: &syn::Ident, location: Span) -> syn::Ident {
     let mut moved = ident.clone();
@@ -147,14 +158,60 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
     // checked at the engine call, spanned at the return type.
     let ret_span = ret.span();
     let krate_at_ret = respan(&krate, ret_span);
-    // Name the return type for the engine when it can be named, so its
-    // errors speak of `u32`, not of what the body happened to return.
-    let has_impl = crate::func::mentions(&ret.to_token_stream(), "impl");
-    let ret_hint = if has_impl {
-        quote!(_)
-    } else {
-        ret.to_token_stream()
+    // The engine runs on `Result<T, E>` whatever the function declares:
+    // each attempt's output is turned into one by a closure written here,
+    // and the engine's back into the declared type, so that a type that is
+    // no `Result` fails only these conversions (see `__private::AsResult`),
+    // each spanned over the whole return type: rustc reports the same
+    // failure at the same place once. The return type is named, so that the
+    // engine's errors speak of `u32`, not of what the body happened to
+    // return (validation refused an `impl Trait`, which could not be).
+    let ret_last = ret
+        .to_token_stream()
+        .into_iter()
+        .last()
+        .map_or(ret_span, |t| t.span());
+    // `before`, the return type, `after`: opened at the type's first token,
+    // closed at its last, so rustc's span for it covers the type.
+    let over_ret = |before: TokenStream, after: TokenStream| {
+        let mut tokens = opened_at(&before, ret_span, ret_last);
+        ret.to_tokens(&mut tokens);
+        tokens.extend(respan(&after, ret_last));
+        tokens
     };
+    let engine_ret = over_ret(quote!(#krate::__private::ResultOf<), quote!(>));
+    // The engine, named with its `Result` over the return type too: the
+    // signature is instantiated there.
+    let engine = |name: &str| {
+        let name = format_ident!("{}", name);
+        let mut path = opened_at(&quote!(#krate::__private::#name::<), ret_span, ret_last);
+        path.extend(engine_ret.clone());
+        path.extend(respan(&quote!(, _, _, _, _>), ret_last));
+        path
+    };
+    let qualified = |item: &str| {
+        let item = format_ident!("{}", item);
+        over_ret(
+            quote!(<),
+            quote!(as #krate::__private::ReturnsResult>::#item),
+        )
+    };
+    let output = format_ident!("__resilient_output", span = Span::mixed_site());
+    // Each attempt's output into a `Result`: a closure, not the function
+    // (whose type carries the failing bound, as for `classify_by_trait`
+    // below), defined by a statement where clippy can be told it is needed.
+    let into_result = qualified("into_result");
+    let into = format_ident!("__resilient_into_result", span = Span::mixed_site());
+    let define_into_result = quote_spanned! {ret_last=>
+        #[allow(clippy::redundant_closure)]
+        let #into = |#output| #into_result(#output);
+    };
+    let from_result = qualified("from_result");
+    let new_probe = over_ret(
+        quote!(#krate::__private::DisplayProbe::<<),
+        quote!(as #krate::__private::ReturnsResult>::Error>::new),
+    );
+    let refusal_into = over_ret(quote!(#krate::__private::refusal_into::<), quote!(>));
 
     // Each attempt's future: the body, in an `async move` block that knows
     // the declared return type before it reads the body (see `attempt_block`).
@@ -165,15 +222,31 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
     } else {
         body
     };
-    let attempt = attempt_block(&body, &destructures, (!has_impl).then_some(&**ret));
+    let attempt = attempt_block(&body, &destructures, ret);
 
     let retries = args.retries.as_ref().map_or(0, |r| r.value);
-    let classifier = match &args.classify {
-        Some(path) => path.value.to_token_stream(),
+    // How the engine classifies failures, and a statement that defines it
+    // in the outer body, if it needs one.
+    let classify_ident = format_ident!("__resilient_classify", span = Span::mixed_site());
+    let (classifier, define_classifier) = match &args.classify {
+        Some(path) => (path.value.to_token_stream(), TokenStream::new()),
+        // A closure, not the function itself: the engine's future names the
+        // classifier's type, and a function's type carries its bound
+        // (`E: Classify`), which rustc would check again, and report again,
+        // wherever that future is named (at its `.await`); a closure's
+        // carries none. The argument has the hygiene of the call around it,
+        // or rustc reports a missing `Classify` at the attribute (no user
+        // code can see it: the closure's body is this call only). Defined
+        // by a statement, where clippy can be told the closure is needed.
         None if retries > 0 || args.breaker.is_some() || args.budget.is_some() => {
-            quote_spanned!(ret_span=> #krate_at_ret::__private::classify_by_trait)
+            let failure = format_ident!("__resilient_failure", span = ret_span);
+            let define = quote_spanned! {ret_span=>
+                #[allow(clippy::redundant_closure)]
+                let #classify_ident = |#failure: &_| #krate_at_ret::__private::classify_by_trait(#failure);
+            };
+            (classify_ident.to_token_stream(), define)
         }
-        None => quote!(#krate::__private::unclassified),
+        None => (quote!(#krate::__private::unclassified), TokenStream::new()),
     };
 
     let name = sig.ident.to_string();
@@ -248,27 +321,29 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
     // How telemetry shows the function's error: by its `Display` when the
     // named error type has one (found here, where the type is concrete, by
     // autoref specialisation), else by its type name.
-    let describe = if ret_hint.to_string() == "_" {
-        quote!(::core::option::Option::None)
-    } else {
+    let describe = {
         let probe = format_ident!("__resilient_describe", span = Span::mixed_site());
         quote_spanned! {ret_span=> {
             #[allow(unused_imports)]
             use #krate_at_ret::__private::{ViaDisplay as _, ViaTypeName as _};
             #[allow(clippy::needless_borrow)]
-            let #probe = (&#krate_at_ret::__private::DisplayProbe::<<#ret_hint as #krate_at_ret::__private::ReturnsResult>::Error>::new()).describer();
+            let #probe = (&#new_probe()).describer();
             #probe
         }}
     };
+    // The call, awaited: an expression of the declared return type.
+    let retry_described = engine("retry_described");
+    let once_described = engine("once_described");
     let call = if checked.reuses_arguments {
         let engine = quote_spanned! {ret_span=>
-            #krate_at_ret::__private::retry_described::<#ret_hint, _, _, _, _>(&#policy_ident, #classifier, #krate_at_ret::__private::refusal_into::<#ret_hint>(), #describe, || {
+            #retry_described(&#policy_ident, #classifier, #refusal_into(), #describe, || {
                 #(#rebinds)*
-                async move #attempt
+                #define_into_result
+                #krate_at_ret::__private::as_result(async move #attempt, #into)
             })
         };
         match &args.fallback {
-            None => engine,
+            None => quote_spanned!(ret_last=> #from_result(#engine.await)),
             Some(fallback) => {
                 let path = &fallback.value;
                 let value = format_ident!("__resilient_value", span = Span::mixed_site());
@@ -282,38 +357,40 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
                     .next()
                     .map_or(ret_span, |t| t.span());
                 let krate_at_fallback = respan(&krate, fallback_span);
+                let final_error = over_ret(quote!(#krate::__private::final_error::<), quote!(>));
+                let final_error = quote_spanned!(ret_last=> #final_error(#error));
                 let call_fallback = quote_spanned! {fallback_span=>
-                    #krate_at_fallback::__private::fallback::<#ret_hint, _>(#path(#(#call_args,)* #error)).await
+                    #krate_at_fallback::__private::fallback::<#ret, _>(#path(#(#call_args,)* #final_error)).await
                 };
                 quote_spanned! {ret_span=>
                     async {
                         match #engine.await {
-                            ::core::result::Result::Ok(#value) => ::core::result::Result::Ok(#value),
+                            ::core::result::Result::Ok(#value) => #from_result(::core::result::Result::Ok(#value)),
                             ::core::result::Result::Err(#error) => {
                                 #krate::__private::fallback_served(&#policy_ident);
                                 #call_fallback
                             }
                         }
-                    }
+                    }.await
                 }
             }
         }
     } else {
         quote_spanned! {ret_span=>
-            #krate_at_ret::__private::once_described::<#ret_hint, _, _, _, _>(&#policy_ident, #classifier, #krate_at_ret::__private::refusal_into::<#ret_hint>(), #describe, move || async move #attempt)
+            #from_result(#once_described(&#policy_ident, #classifier, #refusal_into(), #describe, move || {
+                #define_into_result
+                #krate_at_ret::__private::as_result(async move #attempt, #into)
+            }).await)
         }
     };
-
-    // `.await` spanned at the return type too: the engine's bounds are
-    // checked again where its future is awaited, and must land there.
-    let awaited = quote_spanned!(ret_span=> #call.await);
     let mut outer_body = Group::new(
         Delimiter::Brace,
         quote! {
             #(#checks)*
             #site
             static #policy_ident: #krate::__private::Policy = #policy;
-            #awaited
+            #define_classifier
+            #call
         },
     );
     outer_body.set_span(body.span());
@@ -337,7 +414,7 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
 /// block, so a one-line body (`{ g().await }`) does not become `{ { … } }`,
 /// which rustc warns about (`unused_braces`) in the user's code; its inner
 /// attributes (`#![allow(…)]`) stay first.
-fn attempt_block(body: &Group, destructures: &[TokenStream], ret: Option<&syn::Type>) -> Group {
+fn attempt_block(body: &Group, destructures: &[TokenStream], ret: &syn::Type) -> Group {
     let tokens: Vec<TokenTree> = body.stream().into_iter().collect();
     let mut inner_attrs = 0;
     while let [
@@ -355,28 +432,26 @@ fn attempt_block(body: &Group, destructures: &[TokenStream], ret: Option<&syn::T
     let (attrs, stmts) = tokens.split_at(inner_attrs);
     let attrs: TokenStream = attrs.iter().cloned().collect();
     let stmts: TokenStream = stmts.iter().cloned().collect();
-    let edge = ret.map(|ret| {
-        // Hygienic, but located at the return type: rustc's "return type
-        // inferred to be … here" then points at the signature, as its
-        // "expected … because of return type" does without the attribute.
-        let value = format_ident!(
-            "__resilient_return",
-            span = Span::mixed_site().located_at(ret.span())
-        );
-        quote_spanned! {ret.span()=>
-            #[allow(
-                unreachable_code,
-                clippy::diverging_sub_expression,
-                clippy::let_unit_value,
-                clippy::unreachable,
-                clippy::needless_return
-            )]
-            if false {
-                let #value: #ret = ::core::unreachable!();
-                return #value;
-            }
+    // Hygienic, but located at the return type: rustc's "return type
+    // inferred to be … here" then points at the signature, as its
+    // "expected … because of return type" does without the attribute.
+    let value = format_ident!(
+        "__resilient_return",
+        span = Span::mixed_site().located_at(ret.span())
+    );
+    let edge = quote_spanned! {ret.span()=>
+        #[allow(
+            unreachable_code,
+            clippy::diverging_sub_expression,
+            clippy::let_unit_value,
+            clippy::unreachable,
+            clippy::needless_return
+        )]
+        if false {
+            let #value: #ret = ::core::unreachable!();
+            return #value;
         }
-    });
+    };
     let mut block = Group::new(
         Delimiter::Brace,
         quote! { #attrs #edge #(#destructures)* #stmts },
