@@ -229,7 +229,27 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
     // in the outer body, if it needs one.
     let classify_ident = format_ident!("__resilient_classify", span = Span::mixed_site());
     let (classifier, define_classifier) = match &args.classify {
-        Some(path) => (path.value.to_token_stream(), TokenStream::new()),
+        // The user's function, in a closure whose signature the engine
+        // gives (so an argument of another type is rustc's plain E0308 at
+        // the path) and whose result is checked to be a `Classification`
+        // (with a message saying so, not naming the engine's own type).
+        // Both at the path: its call covers it, from its first token to its
+        // last; the argument, of the call's hygiene (or rustc reports at the
+        // attribute), is at its last.
+        Some(path) => {
+            let path = &path.value;
+            let first = path.span();
+            let last = path
+                .to_token_stream()
+                .into_iter()
+                .last()
+                .map_or(first, |t| t.span());
+            let failure = format_ident!("__resilient_failure", span = last);
+            let check = opened_at(&quote!(#krate::__private::classification), first, last);
+            let call = quote_spanned!(last=> #path(#failure));
+            let classifier = quote_spanned!(first=> |#failure| #check(#call));
+            (classifier, TokenStream::new())
+        }
         // A closure, not the function itself: the engine's future names the
         // classifier's type, and a function's type carries its bound
         // (`E: Classify`), which rustc would check again, and report again,

@@ -109,6 +109,30 @@ pub fn classify_by_trait<E: Classify + ?Sized>(error: &E) -> crate::classify::Ve
     }
 }
 
+/// Checks what a `classify = path` function returns.
+#[diagnostic::on_unimplemented(
+    message = "a `classify` function must return `resilient::Classification`, not `{Self}`",
+    label = "this function returns `{Self}`",
+    note = "`classify = path` names a function `fn(&E) -> resilient::Classification`, where `E` is the error type of the annotated function: `Transient` and `Throttled` failures are retried (and counted by a breaker), `Permanent` ones are returned at once"
+)]
+pub trait ClassifierOutput {
+    /// What the engine learns from it.
+    fn into_verdict(self) -> crate::classify::Verdict;
+}
+impl ClassifierOutput for Classification {
+    #[inline]
+    fn into_verdict(self) -> crate::classify::Verdict {
+        self.into()
+    }
+}
+
+/// Spanned at the `classify = path` by the expansion, around the call of
+/// the user's function.
+#[inline]
+pub fn classification<C: ClassifierOutput>(classification: C) -> crate::classify::Verdict {
+    classification.into_verdict()
+}
+
 /// The classifier of a function that neither retries nor keeps statistics:
 /// its failures are never looked at.
 pub fn unclassified<E: ?Sized>(_: &E) -> Classification {
