@@ -4,7 +4,7 @@
 use proc_macro2::{Delimiter, Group, Spacing, Span, TokenStream, TokenTree};
 use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
-use syn::{FnArg, Pat, PatIdent, Path, ReturnType, parse_quote};
+use syn::{FnArg, Pat, PatIdent, Path, ReturnType};
 
 use crate::attr::Args;
 use crate::func::Func;
@@ -49,10 +49,21 @@ fn at(ident: &syn::Ident, location: Span) -> syn::Ident {
 }
 
 pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream {
-    let krate: Path = args
-        .krate
-        .as_ref()
-        .map_or_else(|| parse_quote!(::resilient), |k| k.value.clone());
+    // The crate, imported once, under a local name every generated path
+    // starts with: a crate that is not there (the dependency renamed in
+    // Cargo.toml, and no `crate = "…"`) is one error, at the attribute (or
+    // at `crate = "…"`), rather than one at each path; rustc reports no
+    // more through a failed import.
+    let (crate_path, import_span) = match &args.krate {
+        Some(k) => (k.value.to_token_stream(), k.value.span()),
+        None => (quote!(::resilient), Span::call_site()),
+    };
+    let krate: Path = format_ident!(
+        "__resilient",
+        span = Span::mixed_site().located_at(import_span)
+    )
+    .into();
+    let import = quote_spanned!(import_span=> use #crate_path as #krate;);
     let Func {
         attrs,
         vis,
@@ -406,6 +417,7 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
     let mut outer_body = Group::new(
         Delimiter::Brace,
         quote! {
+            #import
             #(#checks)*
             #site
             static #policy_ident: #krate::__private::Policy = #policy;
