@@ -496,16 +496,57 @@ fn attempt_block(body: &Group, destructures: &[TokenStream], ret: &syn::Type) ->
 /// bound to, with the hygiene of the `self` it replaces: `self` itself
 /// cannot be rebound, and an attempt cannot move the caller's.
 fn self_copy(span: Span) -> syn::Ident {
-    syn::Ident::new("__resilient_self", span)
+    syn::Ident::new(SELF_COPY, span)
 }
+
+const SELF_COPY: &str = "__resilient_self";
 
 /// The body with its `self` renamed to [`self_copy`], so that each attempt
 /// uses its own clone of a shared receiver, as `#[tracing::instrument]`
-/// renames `self` for `#[async_trait]` methods. Left alone: `self::` paths,
-/// `$self` in a nested `macro_rules!`, and nested functions (from the `fn`
-/// to the end of their body), whose `self` is their own.
+/// renames `self` for `#[async_trait]` methods; also `{self}` captured by
+/// the format string of a formatting macro (`format!("{self}")`,
+/// `write!(f, "{self:?}")`, `tracing::info!("{self}")`; see
+/// [`FORMATTING_MACROS`]). Left alone: `self::` paths, `$self` in a nested
+/// `macro_rules!`, and nested functions (from the `fn` to the end of their
+/// body), whose `self` is their own.
 fn rename_self(tokens: TokenStream) -> TokenStream {
-    let mut out = Vec::new();
+    rename_self_in(tokens, false)
+}
+
+/// Macros whose first string literal (not after `=` or `:`, as tracing's
+/// `target: "…"` and fields are) is a format string. Not `assert_eq!`,
+/// whose operands come first. Under another macro, a `{self}` in a string
+/// is left as it is: at worst a compile error (the attempt cannot move the
+/// caller's `self`), never a changed string.
+const FORMATTING_MACROS: &[&str] = &[
+    "format",
+    "format_args",
+    "print",
+    "println",
+    "eprint",
+    "eprintln",
+    "write",
+    "writeln",
+    "panic",
+    "assert",
+    "debug_assert",
+    "unreachable",
+    "todo",
+    "unimplemented",
+    "trace",
+    "debug",
+    "info",
+    "warn",
+    "error",
+    "anyhow",
+    "bail",
+    "ensure",
+];
+
+/// `formatting`: `tokens` are the arguments of a formatting macro, whose
+/// format string has not been seen yet.
+fn rename_self_in(tokens: TokenStream, mut formatting: bool) -> TokenStream {
+    let mut out: Vec<TokenTree> = Vec::new();
     let mut tokens = tokens.into_iter().peekable();
     while let Some(tt) = tokens.next() {
         match tt {
@@ -537,12 +578,69 @@ fn rename_self(tokens: TokenStream) -> TokenStream {
                 }));
             }
             TokenTree::Group(g) => {
-                let mut renamed = Group::new(g.delimiter(), rename_self(g.stream()));
+                // `name!(…)`: a macro call, maybe of a formatting macro.
+                let formats = matches!(
+                    &out[..],
+                    [.., TokenTree::Ident(name), TokenTree::Punct(bang)]
+                        if bang.as_char() == '!'
+                            && FORMATTING_MACROS.iter().any(|m| name == m)
+                );
+                let mut renamed = Group::new(g.delimiter(), rename_self_in(g.stream(), formats));
                 renamed.set_span(g.span());
                 out.push(TokenTree::Group(renamed));
+            }
+            TokenTree::Literal(literal)
+                if formatting
+                    && is_string(&literal.to_string())
+                    && !matches!(out.last(), Some(TokenTree::Punct(p)) if matches!(p.as_char(), '=' | ':')) =>
+            {
+                formatting = false;
+                out.push(TokenTree::Literal(rename_self_in_format(literal)));
             }
             other => out.push(other),
         }
     }
     out.into_iter().collect()
+}
+
+/// `"…"` or `r"…"`, `r#"…"#`: not a byte or C string, a number or a char.
+fn is_string(literal: &str) -> bool {
+    literal.starts_with('"') || literal.starts_with("r\"") || literal.starts_with("r#")
+}
+
+/// A string literal with its `{self}` and `{self:…}` arguments renamed, as
+/// a format string would capture them (`{{self}}` is no argument).
+fn rename_self_in_format(literal: proc_macro2::Literal) -> proc_macro2::Literal {
+    let text = literal.to_string();
+    if !text.contains("{self") {
+        return literal;
+    }
+    let mut renamed = String::with_capacity(text.len() + 16);
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find('{') {
+        renamed.push_str(&rest[..at]);
+        rest = &rest[at..];
+        if let Some(after) = rest.strip_prefix("{{") {
+            renamed.push_str("{{");
+            rest = after;
+        } else if let Some(after) = rest
+            .strip_prefix("{self")
+            .filter(|after| after.starts_with('}') || after.starts_with(':'))
+        {
+            renamed.push('{');
+            renamed.push_str(SELF_COPY);
+            rest = after;
+        } else {
+            renamed.push('{');
+            rest = &rest[1..];
+        }
+    }
+    renamed.push_str(rest);
+    match renamed.parse::<proc_macro2::Literal>() {
+        Ok(mut new) => {
+            new.set_span(literal.span());
+            new
+        }
+        Err(_) => literal,
+    }
 }

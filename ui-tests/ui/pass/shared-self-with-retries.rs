@@ -35,6 +35,10 @@ impl Client {
         let shared: Arc<Client> = Arc::clone(&self);
         let n = shared.attempt()?;
         let _ = format!("{}", self.attempts.load(Ordering::SeqCst));
+        // Captured by a format string too; `{{self}}` is no capture, and
+        // other strings are left alone.
+        let shown = format!("{self:p} {{self}} {}", "{self}");
+        assert!(shown.ends_with(" {self} {self}"), "{shown}");
         Ok(self::helper(n) + offset)
     }
 
