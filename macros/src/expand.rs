@@ -1,10 +1,10 @@
 //! Generating the wrapped function. See the `resilient` crate docs for what
 //! the expansion looks like and why.
 
-use proc_macro2::{Delimiter, Group, Span, TokenStream, TokenTree};
+use proc_macro2::{Delimiter, Group, Spacing, Span, TokenStream, TokenTree};
 use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
-use syn::{FnArg, Pat, PatIdent, Path, ReturnType, parse_quote};
+use syn::{FnArg, Pat, PatIdent, Path, ReturnType};
 
 use crate::attr::Args;
 use crate::func::Func;
@@ -30,6 +30,17 @@ fn respan(tokens: &impl ToTokens, span: Span) -> TokenStream {
         .collect()
 }
 
+/// `tokens` with the first at `first` and the rest at `rest`: rustc spans
+/// an expression or type from its first token to its last.
+fn opened_at(tokens: &TokenStream, first: Span, rest: Span) -> TokenStream {
+    let mut tokens = respan(tokens, rest).into_iter();
+    let Some(mut head) = tokens.next() else {
+        return TokenStream::new();
+    };
+    head.set_span(first);
+    std::iter::once(head).chain(tokens).collect()
+}
+
 /// `ident`, reported at `location` but resolved with its own hygiene.
 fn at(ident: &syn::Ident, location: Span) -> syn::Ident {
     let mut moved = ident.clone();
@@ -38,10 +49,21 @@ fn at(ident: &syn::Ident, location: Span) -> syn::Ident {
 }
 
 pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream {
-    let krate: Path = args
-        .krate
-        .as_ref()
-        .map_or_else(|| parse_quote!(::resilient), |k| k.value.clone());
+    // The crate, imported once, under a local name every generated path
+    // starts with: a crate that is not there (the dependency renamed in
+    // Cargo.toml, and no `crate = "…"`) is one error, at the attribute (or
+    // at `crate = "…"`), rather than one at each path; rustc reports no
+    // more through a failed import.
+    let (crate_path, import_span) = match &args.krate {
+        Some(k) => (k.value.to_token_stream(), k.value.span()),
+        None => (quote!(::resilient), Span::call_site()),
+    };
+    let krate: Path = format_ident!(
+        "__resilient",
+        span = Span::mixed_site().located_at(import_span)
+    )
+    .into();
+    let import = quote_spanned!(import_span=> use #crate_path as #krate;);
     let Func {
         attrs,
         vis,
@@ -64,6 +86,20 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
             let typed = match arg {
                 FnArg::Receiver(r) => {
                     call_args.push(r.self_token.to_token_stream());
+                    if checked.copies_receiver {
+                        // `self: Arc<Self>`: each attempt gets its own
+                        // clone, under the name the body's `self` is
+                        // renamed to (see `rename_self`). Reported at the
+                        // receiver's type if not `Clone`, like an argument.
+                        let ty_span = r.ty.span();
+                        let krate_at_ty = respan(&krate, ty_span);
+                        let mutability = r.mutability.take();
+                        let copy = self_copy(r.self_token.span);
+                        let source = syn::Ident::new("self", r.self_token.span.located_at(ty_span));
+                        rebinds.push(quote_spanned! {ty_span=>
+                            let #mutability #copy = #krate_at_ty::__private::ReusableArgument::reuse(&#source);
+                        });
+                    }
                     continue;
                 }
                 FnArg::Typed(typed) => typed,
@@ -133,26 +169,115 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
     // checked at the engine call, spanned at the return type.
     let ret_span = ret.span();
     let krate_at_ret = respan(&krate, ret_span);
-    // Name the return type for the engine when it can be named, so its
-    // errors speak of `u32`, not of what the body happened to return.
-    let has_impl = crate::func::mentions(&ret.to_token_stream(), "impl");
-    let ret_hint = if has_impl {
-        quote!(_)
-    } else {
-        ret.to_token_stream()
+    // The engine runs on `Result<T, E>` whatever the function declares:
+    // each attempt's output is turned into one by a closure written here,
+    // and the engine's back into the declared type, so that a type that is
+    // no `Result` fails only these conversions (see `__private::AsResult`),
+    // each spanned over the whole return type: rustc reports the same
+    // failure at the same place once. The return type is named, so that the
+    // engine's errors speak of `u32`, not of what the body happened to
+    // return (validation refused an `impl Trait`, which could not be).
+    let ret_last = ret
+        .to_token_stream()
+        .into_iter()
+        .last()
+        .map_or(ret_span, |t| t.span());
+    // `before`, the return type, `after`: opened at the type's first token,
+    // closed at its last, so rustc's span for it covers the type.
+    let over_ret = |before: TokenStream, after: TokenStream| {
+        let mut tokens = opened_at(&before, ret_span, ret_last);
+        ret.to_tokens(&mut tokens);
+        tokens.extend(respan(&after, ret_last));
+        tokens
     };
+    let engine_ret = over_ret(quote!(#krate::__private::ResultOf<), quote!(>));
+    // The engine, named with its `Result` over the return type too: the
+    // signature is instantiated there.
+    let engine = |name: &str| {
+        let name = format_ident!("{}", name);
+        let mut path = opened_at(&quote!(#krate::__private::#name::<), ret_span, ret_last);
+        path.extend(engine_ret.clone());
+        path.extend(respan(&quote!(, _, _, _, _>), ret_last));
+        path
+    };
+    let qualified = |item: &str| {
+        let item = format_ident!("{}", item);
+        over_ret(
+            quote!(<),
+            quote!(as #krate::__private::ReturnsResult>::#item),
+        )
+    };
+    let output = format_ident!("__resilient_output", span = Span::mixed_site());
+    // Each attempt's output into a `Result`: a closure, not the function
+    // (whose type carries the failing bound, as for `classify_by_trait`
+    // below), defined by a statement where clippy can be told it is needed.
+    let into_result = qualified("into_result");
+    let into = format_ident!("__resilient_into_result", span = Span::mixed_site());
+    let define_into_result = quote_spanned! {ret_last=>
+        #[allow(clippy::redundant_closure)]
+        let #into = |#output| #into_result(#output);
+    };
+    let from_result = qualified("from_result");
+    let new_probe = over_ret(
+        quote!(#krate::__private::DisplayProbe::<<),
+        quote!(as #krate::__private::ReturnsResult>::Error>::new),
+    );
+    let refusal_into = over_ret(quote!(#krate::__private::refusal_into::<), quote!(>));
 
     // Each attempt's future: the body, in an `async move` block that knows
     // the declared return type before it reads the body (see `attempt_block`).
-    let attempt = attempt_block(&body, &destructures, (!has_impl).then_some(&**ret));
+    let body = if checked.copies_receiver {
+        let mut renamed = Group::new(body.delimiter(), rename_self(body.stream()));
+        renamed.set_span(body.span());
+        renamed
+    } else {
+        body
+    };
+    let attempt = attempt_block(&body, &destructures, ret);
 
     let retries = args.retries.as_ref().map_or(0, |r| r.value);
-    let classifier = match &args.classify {
-        Some(path) => path.value.to_token_stream(),
-        None if retries > 0 || args.breaker.is_some() || args.budget.is_some() => {
-            quote_spanned!(ret_span=> #krate_at_ret::__private::classify_by_trait)
+    // How the engine classifies failures, and a statement that defines it
+    // in the outer body, if it needs one.
+    let classify_ident = format_ident!("__resilient_classify", span = Span::mixed_site());
+    let (classifier, define_classifier) = match &args.classify {
+        // The user's function, in a closure whose signature the engine
+        // gives (so an argument of another type is rustc's plain E0308 at
+        // the path) and whose result is checked to be a `Classification`
+        // (with a message saying so, not naming the engine's own type).
+        // Both at the path: its call covers it, from its first token to its
+        // last; the argument, of the call's hygiene (or rustc reports at the
+        // attribute), is at its last.
+        Some(path) => {
+            let path = &path.value;
+            let first = path.span();
+            let last = path
+                .to_token_stream()
+                .into_iter()
+                .last()
+                .map_or(first, |t| t.span());
+            let failure = format_ident!("__resilient_failure", span = last);
+            let check = opened_at(&quote!(#krate::__private::classification), first, last);
+            let call = quote_spanned!(last=> #path(#failure));
+            let classifier = quote_spanned!(first=> |#failure| #check(#call));
+            (classifier, TokenStream::new())
         }
-        None => quote!(#krate::__private::unclassified),
+        // A closure, not the function itself: the engine's future names the
+        // classifier's type, and a function's type carries its bound
+        // (`E: Classify`), which rustc would check again, and report again,
+        // wherever that future is named (at its `.await`); a closure's
+        // carries none. The argument has the hygiene of the call around it,
+        // or rustc reports a missing `Classify` at the attribute (no user
+        // code can see it: the closure's body is this call only). Defined
+        // by a statement, where clippy can be told the closure is needed.
+        None if retries > 0 || args.breaker.is_some() || args.budget.is_some() => {
+            let failure = format_ident!("__resilient_failure", span = ret_span);
+            let define = quote_spanned! {ret_span=>
+                #[allow(clippy::redundant_closure)]
+                let #classify_ident = |#failure: &_| #krate_at_ret::__private::classify_by_trait(#failure);
+            };
+            (classify_ident.to_token_stream(), define)
+        }
+        None => (quote!(#krate::__private::unclassified), TokenStream::new()),
     };
 
     let name = sig.ident.to_string();
@@ -227,27 +352,29 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
     // How telemetry shows the function's error: by its `Display` when the
     // named error type has one (found here, where the type is concrete, by
     // autoref specialisation), else by its type name.
-    let describe = if ret_hint.to_string() == "_" {
-        quote!(::core::option::Option::None)
-    } else {
+    let describe = {
         let probe = format_ident!("__resilient_describe", span = Span::mixed_site());
         quote_spanned! {ret_span=> {
             #[allow(unused_imports)]
             use #krate_at_ret::__private::{ViaDisplay as _, ViaTypeName as _};
             #[allow(clippy::needless_borrow)]
-            let #probe = (&#krate_at_ret::__private::DisplayProbe::<<#ret_hint as #krate_at_ret::__private::ReturnsResult>::Error>::new()).describer();
+            let #probe = (&#new_probe()).describer();
             #probe
         }}
     };
+    // The call, awaited: an expression of the declared return type.
+    let retry_described = engine("retry_described");
+    let once_described = engine("once_described");
     let call = if checked.reuses_arguments {
         let engine = quote_spanned! {ret_span=>
-            #krate_at_ret::__private::retry_described::<#ret_hint, _, _, _, _>(&#policy_ident, #classifier, #krate_at_ret::__private::refusal_into::<#ret_hint>(), #describe, || {
+            #retry_described(&#policy_ident, #classifier, #refusal_into(), #describe, || {
                 #(#rebinds)*
-                async move #attempt
+                #define_into_result
+                #krate_at_ret::__private::as_result(async move #attempt, #into)
             })
         };
         match &args.fallback {
-            None => engine,
+            None => quote_spanned!(ret_last=> #from_result(#engine.await)),
             Some(fallback) => {
                 let path = &fallback.value;
                 let value = format_ident!("__resilient_value", span = Span::mixed_site());
@@ -261,38 +388,41 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
                     .next()
                     .map_or(ret_span, |t| t.span());
                 let krate_at_fallback = respan(&krate, fallback_span);
+                let final_error = over_ret(quote!(#krate::__private::final_error::<), quote!(>));
+                let final_error = quote_spanned!(ret_last=> #final_error(#error));
                 let call_fallback = quote_spanned! {fallback_span=>
-                    #krate_at_fallback::__private::fallback::<#ret_hint, _>(#path(#(#call_args,)* #error)).await
+                    #krate_at_fallback::__private::fallback::<#ret, _>(#path(#(#call_args,)* #final_error)).await
                 };
                 quote_spanned! {ret_span=>
                     async {
                         match #engine.await {
-                            ::core::result::Result::Ok(#value) => ::core::result::Result::Ok(#value),
+                            ::core::result::Result::Ok(#value) => #from_result(::core::result::Result::Ok(#value)),
                             ::core::result::Result::Err(#error) => {
                                 #krate::__private::fallback_served(&#policy_ident);
                                 #call_fallback
                             }
                         }
-                    }
+                    }.await
                 }
             }
         }
     } else {
         quote_spanned! {ret_span=>
-            #krate_at_ret::__private::once_described::<#ret_hint, _, _, _, _>(&#policy_ident, #classifier, #krate_at_ret::__private::refusal_into::<#ret_hint>(), #describe, move || async move #attempt)
+            #from_result(#once_described(&#policy_ident, #classifier, #refusal_into(), #describe, move || {
+                #define_into_result
+                #krate_at_ret::__private::as_result(async move #attempt, #into)
+            }).await)
         }
     };
-
-    // `.await` spanned at the return type too: the engine's bounds are
-    // checked again where its future is awaited, and must land there.
-    let awaited = quote_spanned!(ret_span=> #call.await);
     let mut outer_body = Group::new(
         Delimiter::Brace,
         quote! {
+            #import
             #(#checks)*
             #site
             static #policy_ident: #krate::__private::Policy = #policy;
-            #awaited
+            #define_classifier
+            #call
         },
     );
     outer_body.set_span(body.span());
@@ -316,7 +446,7 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
 /// block, so a one-line body (`{ g().await }`) does not become `{ { … } }`,
 /// which rustc warns about (`unused_braces`) in the user's code; its inner
 /// attributes (`#![allow(…)]`) stay first.
-fn attempt_block(body: &Group, destructures: &[TokenStream], ret: Option<&syn::Type>) -> Group {
+fn attempt_block(body: &Group, destructures: &[TokenStream], ret: &syn::Type) -> Group {
     let tokens: Vec<TokenTree> = body.stream().into_iter().collect();
     let mut inner_attrs = 0;
     while let [
@@ -334,32 +464,183 @@ fn attempt_block(body: &Group, destructures: &[TokenStream], ret: Option<&syn::T
     let (attrs, stmts) = tokens.split_at(inner_attrs);
     let attrs: TokenStream = attrs.iter().cloned().collect();
     let stmts: TokenStream = stmts.iter().cloned().collect();
-    let edge = ret.map(|ret| {
-        // Hygienic, but located at the return type: rustc's "return type
-        // inferred to be … here" then points at the signature, as its
-        // "expected … because of return type" does without the attribute.
-        let value = format_ident!(
-            "__resilient_return",
-            span = Span::mixed_site().located_at(ret.span())
-        );
-        quote_spanned! {ret.span()=>
-            #[allow(
-                unreachable_code,
-                clippy::diverging_sub_expression,
-                clippy::let_unit_value,
-                clippy::unreachable,
-                clippy::needless_return
-            )]
-            if false {
-                let #value: #ret = ::core::unreachable!();
-                return #value;
-            }
+    // Hygienic, but located at the return type: rustc's "return type
+    // inferred to be … here" then points at the signature, as its
+    // "expected … because of return type" does without the attribute.
+    let value = format_ident!(
+        "__resilient_return",
+        span = Span::mixed_site().located_at(ret.span())
+    );
+    let edge = quote_spanned! {ret.span()=>
+        #[allow(
+            unreachable_code,
+            clippy::diverging_sub_expression,
+            clippy::let_unit_value,
+            clippy::unreachable,
+            clippy::needless_return
+        )]
+        if false {
+            let #value: #ret = ::core::unreachable!();
+            return #value;
         }
-    });
+    };
     let mut block = Group::new(
         Delimiter::Brace,
         quote! { #attrs #edge #(#destructures)* #stmts },
     );
     block.set_span(body.span());
     block
+}
+
+/// The name each attempt's clone of a shared `self` (`self: Arc<Self>`) is
+/// bound to, with the hygiene of the `self` it replaces: `self` itself
+/// cannot be rebound, and an attempt cannot move the caller's.
+fn self_copy(span: Span) -> syn::Ident {
+    syn::Ident::new(SELF_COPY, span)
+}
+
+const SELF_COPY: &str = "__resilient_self";
+
+/// The body with its `self` renamed to [`self_copy`], so that each attempt
+/// uses its own clone of a shared receiver, as `#[tracing::instrument]`
+/// renames `self` for `#[async_trait]` methods; also `{self}` captured by
+/// the format string of a formatting macro (`format!("{self}")`,
+/// `write!(f, "{self:?}")`, `tracing::info!("{self}")`; see
+/// [`FORMATTING_MACROS`]). Left alone: `self::` paths, `$self` in a nested
+/// `macro_rules!`, and nested functions (from the `fn` to the end of their
+/// body), whose `self` is their own.
+fn rename_self(tokens: TokenStream) -> TokenStream {
+    rename_self_in(tokens, false)
+}
+
+/// Macros whose first string literal (not after `=` or `:`, as tracing's
+/// `target: "…"` and fields are) is a format string. Not `assert_eq!`,
+/// whose operands come first. Under another macro, a `{self}` in a string
+/// is left as it is: at worst a compile error (the attempt cannot move the
+/// caller's `self`), never a changed string.
+const FORMATTING_MACROS: &[&str] = &[
+    "format",
+    "format_args",
+    "print",
+    "println",
+    "eprint",
+    "eprintln",
+    "write",
+    "writeln",
+    "panic",
+    "assert",
+    "debug_assert",
+    "unreachable",
+    "todo",
+    "unimplemented",
+    "trace",
+    "debug",
+    "info",
+    "warn",
+    "error",
+    "anyhow",
+    "bail",
+    "ensure",
+];
+
+/// `formatting`: `tokens` are the arguments of a formatting macro, whose
+/// format string has not been seen yet.
+fn rename_self_in(tokens: TokenStream, mut formatting: bool) -> TokenStream {
+    let mut out: Vec<TokenTree> = Vec::new();
+    let mut tokens = tokens.into_iter().peekable();
+    while let Some(tt) = tokens.next() {
+        match tt {
+            TokenTree::Ident(ident) if ident == "fn" => {
+                out.push(TokenTree::Ident(ident));
+                for tt in tokens.by_ref() {
+                    let end = match &tt {
+                        TokenTree::Group(g) => g.delimiter() == Delimiter::Brace,
+                        TokenTree::Punct(p) => p.as_char() == ';',
+                        _ => false,
+                    };
+                    out.push(tt);
+                    if end {
+                        break;
+                    }
+                }
+            }
+            TokenTree::Ident(ident) if ident == "self" => {
+                let path = matches!(
+                    tokens.peek(),
+                    Some(TokenTree::Punct(p)) if p.as_char() == ':' && p.spacing() == Spacing::Joint
+                );
+                let metavariable =
+                    matches!(out.last(), Some(TokenTree::Punct(p)) if p.as_char() == '$');
+                out.push(TokenTree::Ident(if path || metavariable {
+                    ident
+                } else {
+                    self_copy(ident.span())
+                }));
+            }
+            TokenTree::Group(g) => {
+                // `name!(…)`: a macro call, maybe of a formatting macro.
+                let formats = matches!(
+                    &out[..],
+                    [.., TokenTree::Ident(name), TokenTree::Punct(bang)]
+                        if bang.as_char() == '!'
+                            && FORMATTING_MACROS.iter().any(|m| name == m)
+                );
+                let mut renamed = Group::new(g.delimiter(), rename_self_in(g.stream(), formats));
+                renamed.set_span(g.span());
+                out.push(TokenTree::Group(renamed));
+            }
+            TokenTree::Literal(literal)
+                if formatting
+                    && is_string(&literal.to_string())
+                    && !matches!(out.last(), Some(TokenTree::Punct(p)) if matches!(p.as_char(), '=' | ':')) =>
+            {
+                formatting = false;
+                out.push(TokenTree::Literal(rename_self_in_format(literal)));
+            }
+            other => out.push(other),
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// `"…"` or `r"…"`, `r#"…"#`: not a byte or C string, a number or a char.
+fn is_string(literal: &str) -> bool {
+    literal.starts_with('"') || literal.starts_with("r\"") || literal.starts_with("r#")
+}
+
+/// A string literal with its `{self}` and `{self:…}` arguments renamed, as
+/// a format string would capture them (`{{self}}` is no argument).
+fn rename_self_in_format(literal: proc_macro2::Literal) -> proc_macro2::Literal {
+    let text = literal.to_string();
+    if !text.contains("{self") {
+        return literal;
+    }
+    let mut renamed = String::with_capacity(text.len() + 16);
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find('{') {
+        renamed.push_str(&rest[..at]);
+        rest = &rest[at..];
+        if let Some(after) = rest.strip_prefix("{{") {
+            renamed.push_str("{{");
+            rest = after;
+        } else if let Some(after) = rest
+            .strip_prefix("{self")
+            .filter(|after| after.starts_with('}') || after.starts_with(':'))
+        {
+            renamed.push('{');
+            renamed.push_str(SELF_COPY);
+            rest = after;
+        } else {
+            renamed.push('{');
+            rest = &rest[1..];
+        }
+    }
+    renamed.push_str(rest);
+    match renamed.parse::<proc_macro2::Literal>() {
+        Ok(mut new) => {
+            new.set_span(literal.span());
+            new
+        }
+        Err(_) => literal,
+    }
 }

@@ -15,6 +15,28 @@ mod valid;
 use proc_macro::TokenStream;
 
 /// See `resilient::resilient`.
+///
+/// The generated code reaches the runtime through one import of the crate,
+/// `::resilient` unless `crate = "…"` says otherwise. With the dependency
+/// renamed in Cargo.toml (`res = { package = "resilient", … }`) and no
+/// `crate`, that import is the one error, at the attribute:
+/// "unresolved import `resilient`: no external crate `resilient`".
+///
+/// ```compile_fail,E0432
+/// #[res::resilient(retries = 1, idempotent)]
+/// async fn fetch() -> Result<(), std::io::Error> {
+///     Ok(())
+/// }
+/// ```
+///
+/// The fix is `crate = "res"`:
+///
+/// ```
+/// #[res::resilient(crate = "res", retries = 1, idempotent)]
+/// async fn fetch() -> Result<(), std::io::Error> {
+///     Ok(())
+/// }
+/// ```
 #[proc_macro_attribute]
 pub fn resilient(args: TokenStream, item: TokenStream) -> TokenStream {
     let item = proc_macro2::TokenStream::from(item);

@@ -22,6 +22,9 @@ pub(crate) const MAX_DURATION_MS: u64 = 24 * 60 * 60 * 1000;
 pub(crate) struct Checked {
     /// Does any attempt after the first reuse the arguments?
     pub(crate) reuses_arguments: bool,
+    /// Is `self` a shared pointer (`self: Arc<Self>`) that each attempt gets
+    /// its own clone of?
+    pub(crate) copies_receiver: bool,
     /// Indexes of parameters typed `IdempotencyKey`.
     pub(crate) key_params: Vec<usize>,
 }
@@ -156,6 +159,7 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
 
     // Arguments reused across attempts.
     let reuses_arguments = retries > 0 || args.fallback.is_some();
+    let mut copies_receiver = false;
     // The key that makes them reused, to name in the messages.
     let reuser = if retries > 0 { "retries" } else { "fallback" };
     if reuses_arguments {
@@ -178,17 +182,16 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
             if let FnArg::Receiver(r) = arg {
                 // `r.ty` is the receiver's full type, for `&mut self` and
                 // `self: &mut Self` alike.
-                match &*r.ty {
-                    Type::Reference(reference) if reference.mutability.is_some() => {
-                        errors.push_spanned(
-                            r,
-                            format!("`self` borrowed mutably cannot be lent to every attempt: an attempt may still hold it when the next begins; take `&self` (with interior mutability), or remove `{reuser}`"),
-                        );
-                    }
-                    Type::Reference(_) => {}
-                    _ => errors.push_spanned(
+                match receiver_kind(&r.ty) {
+                    Receiver::Borrowed => {}
+                    Receiver::Shared => copies_receiver = true,
+                    Receiver::BorrowedMutably => errors.push_spanned(
                         r,
-                        format!("`self` by value cannot be passed to every attempt: the first attempt consumes it; take `&self`, or remove `{reuser}`"),
+                        format!("`self` borrowed mutably cannot be lent to every attempt: an attempt may still hold it when the next begins; take `&self` (with interior mutability), or remove `{reuser}`"),
+                    ),
+                    Receiver::Owned => errors.push_spanned(
+                        r,
+                        format!("`self` by value cannot be passed to every attempt: the first attempt consumes it; take `&self` or `self: Arc<Self>`, or remove `{reuser}`"),
                     ),
                 }
             }
@@ -197,8 +200,57 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
     errors.finish()?;
     Ok(Checked {
         reuses_arguments,
+        copies_receiver,
         key_params,
     })
+}
+
+/// How a method takes `self`, as far as reusing it across attempts goes.
+enum Receiver {
+    /// `&self`, `self: &Self`: every attempt borrows it.
+    Borrowed,
+    /// `self: Arc<Self>`, `Rc<Self>`, `Pin<Arc<Self>>`, `Pin<&Self>`: a
+    /// pointer that is `Clone` whatever `Self` is, so every attempt gets
+    /// its own clone (the expansion checks it is `Clone`).
+    Shared,
+    /// `&mut self`, `self: &mut Self`, `self: Pin<&mut Self>`.
+    BorrowedMutably,
+    /// `self`, `self: Self`, `self: Box<Self>`: the first attempt consumes
+    /// it. Cloning all of `self` for every attempt would be a surprise; a
+    /// `Self: Clone` that wants it can take `self: Arc<Self>`.
+    Owned,
+}
+
+/// By name, since types are not known to a macro: `Arc` and `Rc` under any
+/// path (`std::sync::Arc`, `alloc::rc::Rc`).
+fn receiver_kind(ty: &Type) -> Receiver {
+    match ty {
+        Type::Reference(r) if r.mutability.is_some() => Receiver::BorrowedMutably,
+        Type::Reference(_) => Receiver::Borrowed,
+        Type::Paren(p) => receiver_kind(&p.elem),
+        Type::Path(p) if p.qself.is_none() => {
+            let Some(last) = p.path.segments.last() else {
+                return Receiver::Owned;
+            };
+            if last.ident == "Arc" || last.ident == "Rc" {
+                return Receiver::Shared;
+            }
+            if last.ident == "Pin" {
+                if let syn::PathArguments::AngleBracketed(a) = &last.arguments {
+                    if let (1, Some(syn::GenericArgument::Type(inner))) =
+                        (a.args.len(), a.args.first())
+                    {
+                        return match receiver_kind(inner) {
+                            Receiver::Borrowed | Receiver::Shared => Receiver::Shared,
+                            other => other,
+                        };
+                    }
+                }
+            }
+            Receiver::Owned
+        }
+        _ => Receiver::Owned,
+    }
 }
 
 /// `IdempotencyKey`, `&IdempotencyKey`, `resilient::IdempotencyKey`, …: by

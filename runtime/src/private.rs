@@ -5,6 +5,11 @@ pub use crate::Backoff;
 pub use crate::engine::{Policy, once_described, retry_described};
 pub use crate::telemetry::Describe;
 
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
 use crate::{Classification, Classify, Error, IdempotencyKey};
 
 // The link-time list of every annotated function's names, which
@@ -104,6 +109,30 @@ pub fn classify_by_trait<E: Classify + ?Sized>(error: &E) -> crate::classify::Ve
     }
 }
 
+/// Checks what a `classify = path` function returns.
+#[diagnostic::on_unimplemented(
+    message = "a `classify` function must return `resilient::Classification`, not `{Self}`",
+    label = "this function returns `{Self}`",
+    note = "`classify = path` names a function `fn(&E) -> resilient::Classification`, where `E` is the error type of the annotated function: `Transient` and `Throttled` failures are retried (and counted by a breaker), `Permanent` ones are returned at once"
+)]
+pub trait ClassifierOutput {
+    /// What the engine learns from it.
+    fn into_verdict(self) -> crate::classify::Verdict;
+}
+impl ClassifierOutput for Classification {
+    #[inline]
+    fn into_verdict(self) -> crate::classify::Verdict {
+        self.into()
+    }
+}
+
+/// Spanned at the `classify = path` by the expansion, around the call of
+/// the user's function.
+#[inline]
+pub fn classification<C: ClassifierOutput>(classification: C) -> crate::classify::Verdict {
+    classification.into_verdict()
+}
+
 /// The classifier of a function that neither retries nor keeps statistics:
 /// its failures are never looked at.
 pub fn unclassified<E: ?Sized>(_: &E) -> Classification {
@@ -130,7 +159,8 @@ impl<T: Clone> ReusableArgument for T {
 #[diagnostic::on_unimplemented(
     message = "`#[resilient]` functions must return `Result<T, E>`, not `{Self}`",
     label = "not a `Result`",
-    note = "a retry, a breaker and a deadline all need to tell failure from success, and to return their own refusals as the error"
+    note = "a retry, a breaker and a deadline all need to tell failure from success, and to return their own refusals as the error",
+    note = "return `Result<T, E>` with an error type `E` that implements `From<resilient::Error>`, such as `Result<{Self}, MyError>`"
 )]
 pub trait ReturnsResult: Sized {
     /// The success type.
@@ -152,6 +182,65 @@ impl<T, E> ReturnsResult for Result<T, E> {
         result
     }
 }
+
+pin_project_lite::pin_project! {
+    /// An attempt's future, its output (the function's declared return
+    /// type) turned into a `Result` by `into`, a closure the expansion
+    /// writes at the return type.
+    ///
+    /// So the engine is called with a `Result` whatever the function
+    /// returns, and the only `ReturnsResult` bound on the declared type is
+    /// in code spanned at it: a function that does not return a `Result`
+    /// gets one error there. With the declared type as the engine's own
+    /// parameter, its bound is checked again wherever the engine's future
+    /// is named (at its `.await`), a second error. A closure, not a bounded
+    /// generic: a closure's type carries no `where` clause to check again.
+    pub struct AsResult<F, C, O> {
+        #[pin]
+        future: F,
+        into: C,
+        output: PhantomData<fn() -> O>,
+    }
+}
+
+/// See [`AsResult`].
+pub fn as_result<F, C, O>(future: F, into: C) -> AsResult<F, C, O>
+where
+    F: Future,
+    C: Fn(F::Output) -> O,
+{
+    AsResult {
+        future,
+        into,
+        output: PhantomData,
+    }
+}
+
+impl<F, C, O> Future for AsResult<F, C, O>
+where
+    F: Future,
+    C: Fn(F::Output) -> O,
+{
+    type Output = O;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<O> {
+        let this = self.project();
+        match this.future.poll(cx) {
+            Poll::Ready(output) => Poll::Ready((this.into)(output)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<F, C, O> std::fmt::Debug for AsResult<F, C, O> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AsResult")
+    }
+}
+
+/// The `Result` the engine runs on for a function declared to return `R`.
+pub type ResultOf<R> = Result<<R as ReturnsResult>::Ok, <R as ReturnsResult>::Error>;
 
 /// Checks that the error type can carry the library's refusals.
 #[diagnostic::on_unimplemented(
@@ -191,6 +280,16 @@ where
 )]
 pub trait FallbackFuture<R>: std::future::Future<Output = R> {}
 impl<R, F: std::future::Future<Output = R>> FallbackFuture<R> for F {}
+
+/// The call's final error, as handed to the fallback: an identity, spanned
+/// at the return type by the expansion. When the return type is no `Result`
+/// (reported there, once), its error type is unknown, and must stay so:
+/// through this call, the fallback's own error parameter does not become
+/// the function's error type, which would be checked for `Classify` and
+/// `Display` with errors of its own.
+pub fn final_error<R: ReturnsResult>(error: R::Error) -> R::Error {
+    error
+}
 
 /// Spanned at the fallback's path by the expansion. Returns an opaque
 /// future, so a fallback that is not one is reported once, here, and not

@@ -342,6 +342,27 @@ async fn methods_with_self_are_retried() {
     assert_eq!(s.calls.load(Ordering::SeqCst), 2);
 }
 
+impl Service {
+    #[resilient(retries = 2, idempotent)]
+    async fn get_shared(self: Arc<Self>, n: u32) -> Result<u32, TestError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.dep.call().await.map(|v| v + n)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn methods_with_arc_self_are_retried() {
+    let s = Arc::new(Service {
+        dep: Dependency::failing_with(vec![TestError::Transient, TestError::Transient]),
+        calls: AtomicU32::new(0),
+    });
+    assert_eq!(Arc::clone(&s).get_shared(10).await.unwrap(), 13);
+    assert_eq!(s.calls.load(Ordering::SeqCst), 3);
+    assert_eq!(s.dep.attempts(), 3);
+    // Each attempt's clone of the `Arc` is dropped with the attempt.
+    assert_eq!(Arc::strong_count(&s), 1);
+}
+
 #[test]
 fn generated_future_is_send() {
     fn assert_send<T: Send>(_: &T) {}

@@ -80,6 +80,17 @@ impl Service {
     async fn name(&self, suffix: &str) -> Result<String, PayError> {
         Ok(format!("{}{suffix}", self.name))
     }
+
+    #[resilient(retries = 1, idempotent)]
+    async fn shared(self: std::sync::Arc<Self>) -> Result<usize, PayError> {
+        Ok(self.name.len())
+    }
+
+    // The receiver unused: no warning the plain method would not give.
+    #[resilient(retries = 1, idempotent)]
+    async fn unused(self: std::sync::Arc<Self>) -> Result<(), PayError> {
+        Ok(())
+    }
 }
 
 trait Lookup {
@@ -104,4 +115,7 @@ async fn main() {
     assert_eq!(generic(1).await.unwrap(), "1");
     assert_eq!(service.name("!").await.unwrap(), "s!");
     assert_eq!(service.lookup(3).await.unwrap(), 3);
+    let service = std::sync::Arc::new(service);
+    assert_eq!(service.clone().shared().await.unwrap(), 1);
+    service.unused().await.unwrap();
 }
