@@ -217,6 +217,15 @@ impl Deps {
 }
 
 impl Admission<'_> {
+    /// The admission of a call without breaker, throttle or bulkhead.
+    pub(crate) fn none(deps: &Deps) -> Admission<'_> {
+        Admission {
+            deps,
+            breaker: None,
+            _bulkhead: None,
+        }
+    }
+
     /// `end` is `Some` whenever the parts need the clock.
     #[inline]
     pub(crate) fn finish(self, outcome: Outcome, end: Option<Instant>) {

@@ -148,9 +148,8 @@ impl Policy {
     /// searched on every call.
     #[inline]
     fn deps(&'static self) -> Result<DepsRef, Error> {
-        static NONE: Deps = Deps::NONE;
         if self.names.is_empty() {
-            return Ok(DepsRef::Static(&NONE));
+            return Ok(DepsRef::Static(&NO_DEPS));
         }
         if let Some(registry) = Registry::scoped() {
             return Deps::resolve(&registry, self.names).map(DepsRef::Owned);
@@ -164,6 +163,9 @@ impl Policy {
         }
     }
 }
+
+/// The parts of a call that names none.
+static NO_DEPS: Deps = Deps::NONE;
 
 /// The parts of one call: cached for the call site, or resolved for it.
 enum DepsRef {
@@ -209,6 +211,28 @@ enum Failure<E> {
 struct Attempted<T, E> {
     result: Result<T, Failure<E>>,
     frame: Option<FrameEnd>,
+}
+
+/// What [`Call::conclude`] needs of a prepared attempt.
+struct PreparedEnd<'a> {
+    admission: Admission<'a>,
+    /// The attempt's deadline: the call's, or its timeout's if sooner.
+    deadline: Option<Instant>,
+    began: Began,
+}
+
+/// How the `async` engine takes a call: from its beginning, or after a
+/// first attempt the lean path ([`lean`]) ran and saw fail.
+enum Start<C, T, E> {
+    Begin(C),
+    Resume(Box<Resumed<C, T, E>>),
+}
+
+/// A call handed over by the lean path after its first attempt.
+struct Resumed<C, T, E> {
+    call: Call<C>,
+    span: CallSpan,
+    attempted: Attempted<T, E>,
 }
 
 /// What a failed attempt means for the call.
@@ -338,8 +362,6 @@ impl<C> Call<C> {
         V: Into<Verdict>,
     {
         let now = started.or_else(|| self.clocked.then(Instant::now));
-        // The attempt's timeout runs from when its body starts, after any
-        // wait for a bulkhead slot.
         // Most attempts are admitted at once; only a wait for a bulkhead
         // slot needs the asynchronous path.
         let admitted = match self.deps.try_admit(now) {
@@ -367,6 +389,8 @@ impl<C> Call<C> {
         if number == 1 && !self.path.in_retry && self.path.cap > 1 {
             self.deps.on_request(body_start.or(now));
         }
+        // The attempt's timeout runs from when its body starts, after any
+        // wait for a bulkhead slot.
         let timeout_at = body_start.and_then(|start| start.checked_add(self.policy.timeout?));
         let attempt_deadline = earliest(self.deadline, timeout_at);
         // Nested annotated calls inherit the attempt's deadline, so none
@@ -388,6 +412,33 @@ impl<C> Call<C> {
         };
         let result = Bounded::new(attempt_deadline, frame, span, make()).await;
         cut.disarm();
+        let end = PreparedEnd {
+            admission,
+            deadline: attempt_deadline,
+            began: attempt_began,
+        };
+        self.conclude(span, number, end, result)
+    }
+
+    /// Records how an attempt's body ended (or that its deadline cut it,
+    /// `Err`) in the breaker, throttle and budget, telemetry and the report.
+    #[inline(always)]
+    fn conclude<T, E, V>(
+        &self,
+        span: &CallSpan,
+        number: u32,
+        end: PreparedEnd<'_>,
+        result: Result<(Result<T, E>, FrameEnd), FrameEnd>,
+    ) -> Attempted<T, E>
+    where
+        C: Fn(&E) -> V,
+        V: Into<Verdict>,
+    {
+        let PreparedEnd {
+            admission,
+            deadline: attempt_deadline,
+            began: attempt_began,
+        } = end;
         // The end time feeds breakers (slow calls) and windows; without
         // them, save the clock read.
         let end = self.deps.needs_clock().then(Instant::now);
@@ -618,6 +669,11 @@ impl CutAttempt {
     fn disarm(mut self) {
         self.armed = false;
     }
+
+    /// Disarms a guard kept in a pinned state, which drops it later.
+    fn disarm_in_place(&mut self) {
+        self.armed = false;
+    }
 }
 
 impl Drop for CutAttempt {
@@ -690,9 +746,20 @@ where
     C: Fn(&R::Error) -> V,
     V: Into<Verdict>,
 {
-    once_inner::<R, _, _, _, _>(policy, classify, refuse, describe, move || {
+    // A call without retries makes one attempt: the engine asks for it
+    // once (`once_inner` runs the body of a call handed over after its
+    // first attempt never again).
+    let mut make = Some(make);
+    let make = move || {
+        let make = make
+            .take()
+            .expect("a call without retries makes one attempt");
         IntoResult::new(make())
-    })
+    };
+    let general = move |start, refuse, describe, make| {
+        once_inner::<R, C, V, _, _>(policy, start, refuse, describe, make)
+    };
+    Engine::new(policy, classify, refuse, describe, make, general)
 }
 
 // The decisions below are `retry_loop`'s for `retries = 0`, kept apart on
@@ -701,7 +768,7 @@ where
 // per call on the success path (`benches/callgrind.sh`).
 async fn once_inner<R, C, V, M, Fut>(
     policy: &'static Policy,
-    classify: C,
+    start: Start<C, R::Ok, R::Error>,
     refuse: fn(Error) -> R::Error,
     describe: Describe<R::Error>,
     make: M,
@@ -713,14 +780,27 @@ where
     C: Fn(&R::Error) -> V,
     V: Into<Verdict>,
 {
-    let span = telemetry::span(policy);
-    let call = match Call::begin(policy, &span, classify, refuse) {
-        Ok(call) => call,
-        Err(error) => return R::from_result(Err(error)),
+    let (span, call, attempted) = match start {
+        Start::Begin(classify) => {
+            let span = telemetry::span(policy);
+            let call = match Call::begin(policy, &span, classify, refuse) {
+                Ok(call) => call,
+                Err(error) => return R::from_result(Err(error)),
+            };
+            let attempted = call
+                .attempt(&span, 1, call.path.base, call.start, make)
+                .await;
+            (span, call, attempted)
+        }
+        Start::Resume(resumed) => {
+            let Resumed {
+                call,
+                span,
+                attempted,
+            } = *resumed;
+            (span, call, attempted)
+        }
     };
-    let attempted = call
-        .attempt(&span, 1, call.path.base, call.start, make)
-        .await;
     if let Some(frame) = &attempted.frame {
         call.reach(frame.high);
         call.report_budget(frame.budget.clone());
@@ -789,14 +869,16 @@ where
     V: Into<Verdict>,
 {
     let mut attempt = attempt;
-    retry_loop::<R, _, _, _, _>(policy, classify, refuse, describe, move || {
-        IntoResult::new(attempt())
-    })
+    let make = move || IntoResult::new(attempt());
+    let general = move |start, refuse, describe, make| {
+        retry_loop::<R, C, V, _, _>(policy, start, refuse, describe, make)
+    };
+    Engine::new(policy, classify, refuse, describe, make, general)
 }
 
 async fn retry_loop<R, C, V, F, Fut>(
     policy: &'static Policy,
-    classify: C,
+    start: Start<C, R::Ok, R::Error>,
     refuse: fn(Error) -> R::Error,
     describe: Describe<R::Error>,
     mut attempt: F,
@@ -808,10 +890,22 @@ where
     C: Fn(&R::Error) -> V,
     V: Into<Verdict>,
 {
-    let span = telemetry::span(policy);
-    let call = match Call::begin(policy, &span, classify, refuse) {
-        Ok(call) => call,
-        Err(error) => return R::from_result(Err(error)),
+    let (span, call, mut first) = match start {
+        Start::Begin(classify) => {
+            let span = telemetry::span(policy);
+            match Call::begin(policy, &span, classify, refuse) {
+                Ok(call) => (span, call, None),
+                Err(error) => return R::from_result(Err(error)),
+            }
+        }
+        Start::Resume(resumed) => {
+            let Resumed {
+                call,
+                span,
+                attempted,
+            } = *resumed;
+            (span, call, Some(attempted))
+        }
     };
     // One block, not a nested `async fn`: see `once_described` on nesting.
     let result: Result<R::Ok, (R::Error, CallOutcome)> = 'call: {
@@ -823,9 +917,13 @@ where
         let mut number: u32 = 0;
         loop {
             number += 1;
-            let attempted = call
-                .attempt(&span, number, position, started.take(), &mut attempt)
-                .await;
+            let attempted = match first.take() {
+                Some(attempted) => attempted,
+                None => {
+                    call.attempt(&span, number, position, started.take(), &mut attempt)
+                        .await
+                }
+            };
             let (nested_gave_up, nested_budget) = match attempted.frame {
                 Some(frame) => {
                     position = position.max(frame.high);
@@ -931,3 +1029,6 @@ where
     };
     R::from_result(call.end(result))
 }
+
+mod lean;
+use lean::Engine;
