@@ -363,8 +363,19 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
         }}
     };
     // The call, awaited: an expression of the declared return type.
-    let retry_described = engine("retry_described");
-    let once_described = engine("once_described");
+    // A function that names no breaker, budget or bulkhead runs its first
+    // attempt on the engine's lean path (nothing to admit or record).
+    let names_parts = args.breaker.is_some() || args.budget.is_some() || args.bulkhead.is_some();
+    let retry_described = engine(if names_parts {
+        "retry_described"
+    } else {
+        "retry_lean"
+    });
+    let once_described = engine(if names_parts {
+        "once_described"
+    } else {
+        "once_lean"
+    });
     let call = if checked.reuses_arguments {
         let engine = quote_spanned! {ret_span=>
             #retry_described(&#policy_ident, #classifier, #refusal_into(), #describe, || {

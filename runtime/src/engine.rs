@@ -213,21 +213,6 @@ struct Attempted<T, E> {
     frame: Option<FrameEnd>,
 }
 
-/// What [`Call::conclude`] needs of a prepared attempt.
-struct PreparedEnd<'a> {
-    admission: Admission<'a>,
-    /// The attempt's deadline: the call's, or its timeout's if sooner.
-    deadline: Option<Instant>,
-    began: Began,
-}
-
-/// How the `async` engine takes a call: from its beginning, or after a
-/// first attempt the lean path ([`lean`]) ran and saw fail.
-enum Start<C, T, E> {
-    Begin(C),
-    Resume(Box<Resumed<C, T, E>>),
-}
-
 /// A call handed over by the lean path after its first attempt.
 struct Resumed<C, T, E> {
     call: Call<C>,
@@ -412,33 +397,35 @@ impl<C> Call<C> {
         };
         let result = Bounded::new(attempt_deadline, frame, span, make()).await;
         cut.disarm();
-        let end = PreparedEnd {
+        self.conclude(
+            span,
+            number,
             admission,
-            deadline: attempt_deadline,
-            began: attempt_began,
-        };
-        self.conclude(span, number, end, result)
+            attempt_deadline,
+            attempt_began,
+            result,
+        )
     }
 
     /// Records how an attempt's body ended (or that its deadline cut it,
     /// `Err`) in the breaker, throttle and budget, telemetry and the report.
+    /// `attempt_deadline`: the attempt's own (the call's, or its timeout's
+    /// if sooner).
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     fn conclude<T, E, V>(
         &self,
         span: &CallSpan,
         number: u32,
-        end: PreparedEnd<'_>,
+        admission: Admission<'_>,
+        attempt_deadline: Option<Instant>,
+        attempt_began: Began,
         result: Result<(Result<T, E>, FrameEnd), FrameEnd>,
     ) -> Attempted<T, E>
     where
         C: Fn(&E) -> V,
         V: Into<Verdict>,
     {
-        let PreparedEnd {
-            admission,
-            deadline: attempt_deadline,
-            began: attempt_began,
-        } = end;
         // The end time feeds breakers (slow calls) and windows; without
         // them, save the clock read.
         let end = self.deps.needs_clock().then(Instant::now);
@@ -746,9 +733,29 @@ where
     C: Fn(&R::Error) -> V,
     V: Into<Verdict>,
 {
-    // A call without retries makes one attempt: the engine asks for it
-    // once (`once_inner` runs the body of a call handed over after its
-    // first attempt never again).
+    once_inner::<R, _, _, _, _>(policy, classify, refuse, describe, move || {
+        IntoResult::new(make())
+    })
+}
+
+/// [`once_described`] for a function that names no breaker, budget or
+/// bulkhead: its first attempt runs on the lean path ([`lean`]).
+pub fn once_lean<R, C, V, M, Fut>(
+    policy: &'static Policy,
+    classify: C,
+    refuse: fn(Error) -> R::Error,
+    describe: Describe<R::Error>,
+    make: M,
+) -> impl Future<Output = R>
+where
+    M: FnOnce() -> Fut,
+    Fut: Future<Output = R>,
+    R: ReturnsResult,
+    C: Fn(&R::Error) -> V,
+    V: Into<Verdict>,
+{
+    // A call without retries makes one attempt: the lean path asks for it,
+    // and `once_inner` never runs the body of a call handed over after it.
     let mut make = Some(make);
     let make = move || {
         let make = make
@@ -756,10 +763,7 @@ where
             .expect("a call without retries makes one attempt");
         IntoResult::new(make())
     };
-    let general = move |start, refuse, describe, make| {
-        once_inner::<R, C, V, _, _>(policy, start, refuse, describe, make)
-    };
-    Engine::new(policy, classify, refuse, describe, make, general)
+    OnceLean::new(policy, classify, refuse, describe, make)
 }
 
 // The decisions below are `retry_loop`'s for `retries = 0`, kept apart on
@@ -768,7 +772,7 @@ where
 // per call on the success path (`benches/callgrind.sh`).
 async fn once_inner<R, C, V, M, Fut>(
     policy: &'static Policy,
-    start: Start<C, R::Ok, R::Error>,
+    classify: C,
     refuse: fn(Error) -> R::Error,
     describe: Describe<R::Error>,
     make: M,
@@ -780,27 +784,33 @@ where
     C: Fn(&R::Error) -> V,
     V: Into<Verdict>,
 {
-    let (span, call, attempted) = match start {
-        Start::Begin(classify) => {
-            let span = telemetry::span(policy);
-            let call = match Call::begin(policy, &span, classify, refuse) {
-                Ok(call) => call,
-                Err(error) => return R::from_result(Err(error)),
-            };
-            let attempted = call
-                .attempt(&span, 1, call.path.base, call.start, make)
-                .await;
-            (span, call, attempted)
-        }
-        Start::Resume(resumed) => {
-            let Resumed {
-                call,
-                span,
-                attempted,
-            } = *resumed;
-            (span, call, attempted)
-        }
+    let span = telemetry::span(policy);
+    let call = match Call::begin(policy, &span, classify, refuse) {
+        Ok(call) => call,
+        Err(error) => return R::from_result(Err(error)),
     };
+    let attempted = call
+        .attempt(&span, 1, call.path.base, call.start, make)
+        .await;
+    once_end(&call, &span, attempted, refuse, describe)
+}
+
+/// How a call without retries ends after its one attempt: also the end of
+/// a lean call's failed attempt ([`lean`]).
+#[inline(always)]
+fn once_end<R, C, V>(
+    call: &Call<C>,
+    span: &CallSpan,
+    attempted: Attempted<R::Ok, R::Error>,
+    refuse: fn(Error) -> R::Error,
+    describe: Describe<R::Error>,
+) -> R
+where
+    R: ReturnsResult,
+    C: Fn(&R::Error) -> V,
+    V: Into<Verdict>,
+{
+    let policy = call.policy;
     if let Some(frame) = &attempted.frame {
         call.reach(frame.high);
         call.report_budget(frame.budget.clone());
@@ -817,7 +827,7 @@ where
                     Some(frame) if frame.gave_up > 0 => {
                         telemetry::gave_up(
                             policy,
-                            &span,
+                            span,
                             1,
                             &cause,
                             &error,
@@ -829,7 +839,7 @@ where
                     _ => {
                         telemetry::failed(
                             policy,
-                            &span,
+                            span,
                             1,
                             &cause,
                             &error,
@@ -840,7 +850,7 @@ where
                     }
                 },
                 Settled::Final(error) => {
-                    call.trace_final(&span, 1, &cause, &error, describe);
+                    call.trace_final(span, 1, &cause, &error, describe);
                     Err((error, outcome))
                 }
             }
@@ -869,16 +879,175 @@ where
     V: Into<Verdict>,
 {
     let mut attempt = attempt;
+    retry_loop::<R, _, _, _, _>(policy, classify, refuse, describe, move || {
+        IntoResult::new(attempt())
+    })
+}
+
+/// [`retry_described`] for a function that names no breaker, budget or
+/// bulkhead: its first attempt runs on the lean path ([`lean`]).
+pub fn retry_lean<R, C, V, F, Fut>(
+    policy: &'static Policy,
+    classify: C,
+    refuse: fn(Error) -> R::Error,
+    describe: Describe<R::Error>,
+    attempt: F,
+) -> impl Future<Output = R>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = R>,
+    R: ReturnsResult,
+    C: Fn(&R::Error) -> V,
+    V: Into<Verdict>,
+{
+    let mut attempt = attempt;
     let make = move || IntoResult::new(attempt());
-    let general = move |start, refuse, describe, make| {
-        retry_loop::<R, C, V, _, _>(policy, start, refuse, describe, make)
-    };
-    Engine::new(policy, classify, refuse, describe, make, general)
+    Engine::new(
+        policy,
+        classify,
+        refuse,
+        describe,
+        make,
+        retry_resumed::<R, C, V, _, _>,
+    )
+}
+
+/// The retry loop of [`retry_loop`] and [`retry_resumed`], written once:
+/// `$attempt` is how each iteration gets its attempt (the latter's first
+/// one is given). A macro, not a function: the loop awaits, and a nested
+/// `async fn` would move the call's state once more on every attempt.
+/// Locals the loop and `$attempt` share are passed in by name (hygiene).
+macro_rules! retry_decisions {
+    (
+        $policy:ident, $call:ident, $span:ident, $refuse:ident, $describe:ident,
+        $number:ident, $position:ident, $started:ident, $attempt:expr
+    ) => {{
+        let policy = $policy;
+        let call = &$call;
+        let span = &$span;
+        let refuse = $refuse;
+        let describe = $describe;
+        // One block, not a nested `async fn`: see `once_described` on nesting.
+        let result: Result<R::Ok, (R::Error, CallOutcome)> = 'call: {
+            let mut delays = policy.backoff.delays();
+            let mut $started = call.start;
+            // This call's position on its path: attempts that reached the end of
+            // the chain, its own and those of the enclosing layers before it.
+            let mut $position = call.path.base;
+            let mut $number: u32 = 0;
+            loop {
+                $number += 1;
+                let attempted = $attempt;
+                let (nested_gave_up, nested_budget) = match attempted.frame {
+                    Some(frame) => {
+                        $position = $position.max(frame.high);
+                        call.reach($position);
+                        call.report_budget(frame.budget.clone());
+                        (frame.gave_up > 0, frame.budget)
+                    }
+                    None => (false, None),
+                };
+                let (error, class, cause) = match attempted.result {
+                    Ok(value) => break 'call Ok(value),
+                    Err(failure) => {
+                        let cause = failure.cause();
+                        match call.settle(failure, refuse) {
+                            Settled::Retryable(error, class) => (error, class, cause),
+                            Settled::Final(error) => {
+                                call.trace_final(span, $number, &cause, &error, describe);
+                                break 'call Err((error, cause.outcome()));
+                            }
+                        }
+                    }
+                };
+                let outcome = cause.outcome();
+                let give_up = |error: R::Error, why: &'static str| {
+                    telemetry::gave_up(policy, span, $number, &cause, &error, describe, why);
+                    Err((call.give_up(error), outcome))
+                };
+                // A nested layer already retried this failure and gave up: retrying
+                // here too would multiply attempts (one retrying layer).
+                if nested_gave_up {
+                    break 'call give_up(error, "a nested call gave up");
+                }
+                if $number > policy.retries {
+                    // A layer that never retries (only here for its fallback) has
+                    // not retried this failure: an enclosing layer still may.
+                    if policy.retries == 0 {
+                        telemetry::failed(
+                            policy,
+                            span,
+                            $number,
+                            &cause,
+                            &error,
+                            describe,
+                            "no retries here",
+                        );
+                        break 'call Err((error, outcome));
+                    }
+                    break 'call give_up(error, "retries spent");
+                }
+                // Another attempt would take the path past what its most generous
+                // layer allows: nested calls (cut by timeouts, say) already made
+                // those attempts.
+                if $position >= call.path.cap {
+                    break 'call give_up(error, "the path's attempts are spent");
+                }
+                let backoff = delays.next().unwrap_or(policy.backoff.cap());
+                let mut delay = backoff;
+                let mut source = DelaySource::Backoff;
+                if let Classification::Throttled {
+                    retry_after: Some(floor),
+                } = class
+                {
+                    // Without a deadline, a server that asks for more than the
+                    // maximum is not retried at all: sooner would disobey it.
+                    if call.deadline.is_none() && floor > MAX_RETRY_AFTER {
+                        break 'call give_up(error, "Retry-After beyond the maximum wait");
+                    }
+                    if floor > backoff {
+                        delay = floor;
+                        source = DelaySource::RetryAfter;
+                    }
+                }
+                let now = Instant::now();
+                // A sleep that would end at or after the deadline is not slept:
+                // the attempt after it could not finish in time.
+                if call
+                    .deadline
+                    .is_some_and(|d| now.checked_add(delay).is_none_or(|wake| wake >= d))
+                {
+                    break 'call give_up(error, "deadline too close to retry");
+                }
+                // The budget nearest the dependency is asked first, whichever
+                // layer retries: an enclosing layer's retry sends the same request
+                // down again.
+                let own = call.deps.budget_ref();
+                if let Some(nested) = nested_budget
+                    .as_ref()
+                    .filter(|n| !own.is_some_and(|o| n.same(o)))
+                {
+                    if !nested.get().try_retry(now) {
+                        break 'call give_up(error, "retry budget spent");
+                    }
+                }
+                if !call.deps.try_retry(now) {
+                    break 'call give_up(error, "retry budget spent");
+                }
+                let left = call.deadline.map(|d| d.saturating_duration_since(now));
+                telemetry::retrying(
+                    policy, span, $number, &cause, &error, describe, delay, source, left,
+                );
+                tokio::time::sleep(delay).await;
+            }
+        };
+        R::from_result(call.end(result))
+    }};
 }
 
 async fn retry_loop<R, C, V, F, Fut>(
     policy: &'static Policy,
-    start: Start<C, R::Ok, R::Error>,
+    classify: C,
     refuse: fn(Error) -> R::Error,
     describe: Describe<R::Error>,
     mut attempt: F,
@@ -890,145 +1059,70 @@ where
     C: Fn(&R::Error) -> V,
     V: Into<Verdict>,
 {
-    let (span, call, mut first) = match start {
-        Start::Begin(classify) => {
-            let span = telemetry::span(policy);
-            match Call::begin(policy, &span, classify, refuse) {
-                Ok(call) => (span, call, None),
-                Err(error) => return R::from_result(Err(error)),
-            }
-        }
-        Start::Resume(resumed) => {
-            let Resumed {
-                call,
-                span,
-                attempted,
-            } = *resumed;
-            (span, call, Some(attempted))
-        }
+    let span = telemetry::span(policy);
+    let call = match Call::begin(policy, &span, classify, refuse) {
+        Ok(call) => call,
+        Err(error) => return R::from_result(Err(error)),
     };
-    // One block, not a nested `async fn`: see `once_described` on nesting.
-    let result: Result<R::Ok, (R::Error, CallOutcome)> = 'call: {
-        let mut delays = policy.backoff.delays();
-        let mut started = call.start;
-        // This call's position on its path: attempts that reached the end of
-        // the chain, its own and those of the enclosing layers before it.
-        let mut position = call.path.base;
-        let mut number: u32 = 0;
-        loop {
-            number += 1;
-            let attempted = match first.take() {
-                Some(attempted) => attempted,
-                None => {
-                    call.attempt(&span, number, position, started.take(), &mut attempt)
-                        .await
-                }
-            };
-            let (nested_gave_up, nested_budget) = match attempted.frame {
-                Some(frame) => {
-                    position = position.max(frame.high);
-                    call.reach(position);
-                    call.report_budget(frame.budget.clone());
-                    (frame.gave_up > 0, frame.budget)
-                }
-                None => (false, None),
-            };
-            let (error, class, cause) = match attempted.result {
-                Ok(value) => break 'call Ok(value),
-                Err(failure) => {
-                    let cause = failure.cause();
-                    match call.settle(failure, refuse) {
-                        Settled::Retryable(error, class) => (error, class, cause),
-                        Settled::Final(error) => {
-                            call.trace_final(&span, number, &cause, &error, describe);
-                            break 'call Err((error, cause.outcome()));
-                        }
-                    }
-                }
-            };
-            let outcome = cause.outcome();
-            let give_up = |error: R::Error, why: &'static str| {
-                telemetry::gave_up(policy, &span, number, &cause, &error, describe, why);
-                Err((call.give_up(error), outcome))
-            };
-            // A nested layer already retried this failure and gave up: retrying
-            // here too would multiply attempts (one retrying layer).
-            if nested_gave_up {
-                break 'call give_up(error, "a nested call gave up");
+    retry_decisions!(
+        policy,
+        call,
+        span,
+        refuse,
+        describe,
+        number,
+        position,
+        started,
+        call.attempt(&span, number, position, started.take(), &mut attempt)
+            .await
+    )
+}
+
+/// The retry loop of a call handed over by the lean path ([`lean`]) after
+/// its first attempt failed: it goes on exactly as [`retry_loop`] would.
+async fn retry_resumed<R, C, V, F, Fut>(
+    resumed: Box<Resumed<C, R::Ok, R::Error>>,
+    refuse: fn(Error) -> R::Error,
+    describe: Describe<R::Error>,
+    mut attempt: F,
+) -> R
+where
+    R: ReturnsResult,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<R::Ok, R::Error>>,
+    C: Fn(&R::Error) -> V,
+    V: Into<Verdict>,
+{
+    let Resumed {
+        call,
+        span,
+        attempted,
+    } = *resumed;
+    let policy = call.policy;
+    let mut first = Some(attempted);
+    retry_decisions!(
+        policy,
+        call,
+        span,
+        refuse,
+        describe,
+        number,
+        position,
+        started,
+        match first.take() {
+            // The first attempt used the call's start: later ones read the
+            // clock again, as in `retry_loop`.
+            Some(attempted) => {
+                started.take();
+                attempted
             }
-            if number > policy.retries {
-                // A layer that never retries (only here for its fallback) has
-                // not retried this failure: an enclosing layer still may.
-                if policy.retries == 0 {
-                    telemetry::failed(
-                        policy,
-                        &span,
-                        number,
-                        &cause,
-                        &error,
-                        describe,
-                        "no retries here",
-                    );
-                    break 'call Err((error, outcome));
-                }
-                break 'call give_up(error, "retries spent");
+            None => {
+                call.attempt(&span, number, position, started.take(), &mut attempt)
+                    .await
             }
-            // Another attempt would take the path past what its most generous
-            // layer allows: nested calls (cut by timeouts, say) already made
-            // those attempts.
-            if position >= call.path.cap {
-                break 'call give_up(error, "the path's attempts are spent");
-            }
-            let backoff = delays.next().unwrap_or(policy.backoff.cap());
-            let mut delay = backoff;
-            let mut source = DelaySource::Backoff;
-            if let Classification::Throttled {
-                retry_after: Some(floor),
-            } = class
-            {
-                // Without a deadline, a server that asks for more than the
-                // maximum is not retried at all: sooner would disobey it.
-                if call.deadline.is_none() && floor > MAX_RETRY_AFTER {
-                    break 'call give_up(error, "Retry-After beyond the maximum wait");
-                }
-                if floor > backoff {
-                    delay = floor;
-                    source = DelaySource::RetryAfter;
-                }
-            }
-            let now = Instant::now();
-            // A sleep that would end at or after the deadline is not slept:
-            // the attempt after it could not finish in time.
-            if call
-                .deadline
-                .is_some_and(|d| now.checked_add(delay).is_none_or(|wake| wake >= d))
-            {
-                break 'call give_up(error, "deadline too close to retry");
-            }
-            // The budget nearest the dependency is asked first, whichever
-            // layer retries: an enclosing layer's retry sends the same request
-            // down again.
-            let own = call.deps.budget_ref();
-            if let Some(nested) = nested_budget
-                .as_ref()
-                .filter(|n| !own.is_some_and(|o| n.same(o)))
-            {
-                if !nested.get().try_retry(now) {
-                    break 'call give_up(error, "retry budget spent");
-                }
-            }
-            if !call.deps.try_retry(now) {
-                break 'call give_up(error, "retry budget spent");
-            }
-            let left = call.deadline.map(|d| d.saturating_duration_since(now));
-            telemetry::retrying(
-                policy, &span, number, &cause, &error, describe, delay, source, left,
-            );
-            tokio::time::sleep(delay).await;
         }
-    };
-    R::from_result(call.end(result))
+    )
 }
 
 mod lean;
-use lean::Engine;
+use lean::{Engine, OnceLean};

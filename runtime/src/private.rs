@@ -2,7 +2,7 @@
 //! with the macro, which is pinned to this exact crate version.
 
 pub use crate::Backoff;
-pub use crate::engine::{Policy, once_described, retry_described};
+pub use crate::engine::{Policy, once_described, once_lean, retry_described, retry_lean};
 pub use crate::telemetry::Describe;
 
 use std::future::Future;

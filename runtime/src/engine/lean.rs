@@ -22,7 +22,7 @@ use std::task::{Context, Poll};
 use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 
-use super::{Attempted, Call, CutAttempt, NO_DEPS, Policy, PreparedEnd, Resumed, Start};
+use super::{Attempted, Call, CutAttempt, NO_DEPS, Policy, Resumed, once_end};
 use crate::__private::ReturnsResult;
 use crate::Error;
 use crate::classify::Verdict;
@@ -33,13 +33,14 @@ use crate::report::AttemptOutcome;
 use crate::telemetry::{self, AttemptEnd, Began, CallSpan, Describe};
 
 pin_project! {
-    /// An annotated call: lean (see the module) or in the `async` engine.
+    /// A call with retries: lean (see the module) until its first attempt
+    /// fails, then in the `async` engine.
     pub(super) struct Engine<R, C, V, F, Fut, G, Gen>
     where
         R: ReturnsResult,
     {
-        // Starts the `async` engine: a closure around `retry_loop` or
-        // `once_inner`, so that its unnameable future type can be `Gen`.
+        // Goes on with a handed-over call: `retry_resumed`, as a value, so
+        // that its unnameable future type can be `Gen`.
         general: G,
         #[pin]
         state: State<R, C, V, F, Fut, Gen>,
@@ -70,7 +71,7 @@ where
     Fut: Future<Output = Result<R::Ok, R::Error>>,
     C: Fn(&R::Error) -> V,
     V: Into<Verdict>,
-    G: Fn(Start<C, R::Ok, R::Error>, fn(Error) -> R::Error, Describe<R::Error>, F) -> Gen,
+    G: Fn(Box<Resumed<C, R::Ok, R::Error>>, fn(Error) -> R::Error, Describe<R::Error>, F) -> Gen,
     Gen: Future<Output = R>,
 {
     pub(super) fn new(
@@ -81,29 +82,12 @@ where
         make: F,
         general: G,
     ) -> Self {
-        let state = if policy.names().is_empty() {
-            State::Lean {
-                lean: Lean {
-                    body: None,
-                    sleep: None,
-                    cut: None,
-                    end: None,
-                    call: None,
-                    span: None,
-                    make: Some(make),
-                    classify: Some(classify),
-                    policy,
-                    refuse,
-                    describe,
-                    _verdict: PhantomData,
-                },
-            }
-        } else {
-            State::General {
-                fut: general(Start::Begin(classify), refuse, describe, make),
-            }
-        };
-        Engine { general, state }
+        Engine {
+            general,
+            state: State::Lean {
+                lean: Lean::new(policy, classify, refuse, describe, make, true),
+            },
+        }
     }
 }
 
@@ -114,7 +98,7 @@ where
     Fut: Future<Output = Result<R::Ok, R::Error>>,
     C: Fn(&R::Error) -> V,
     V: Into<Verdict>,
-    G: Fn(Start<C, R::Ok, R::Error>, fn(Error) -> R::Error, Describe<R::Error>, F) -> Gen,
+    G: Fn(Box<Resumed<C, R::Ok, R::Error>>, fn(Error) -> R::Error, Describe<R::Error>, F) -> Gen,
     Gen: Future<Output = R>,
 {
     type Output = R;
@@ -127,12 +111,62 @@ where
                     Poll::Pending => return Poll::Pending,
                     Poll::Ready(LeanEnd::Done(out)) => return Poll::Ready(out),
                     Poll::Ready(LeanEnd::Handover(h)) => {
-                        let start = Start::Resume(h.resumed);
-                        let fut = (this.general)(start, h.refuse, h.describe, h.make);
+                        let fut = (this.general)(h.resumed, h.refuse, h.describe, h.make);
                         this.state.set(State::General { fut });
                     }
                 },
                 StateProj::General { fut } => return fut.poll(cx),
+            }
+        }
+    }
+}
+
+pin_project! {
+    /// A call without retries: its one attempt on the lean path, and its
+    /// end, whatever it is, decided there.
+    pub(super) struct OnceLean<R, C, V, F, Fut>
+    where
+        R: ReturnsResult,
+    {
+        #[pin]
+        lean: Lean<R, C, V, F, Fut>,
+    }
+}
+
+impl<R, C, V, F, Fut> OnceLean<R, C, V, F, Fut>
+where
+    R: ReturnsResult,
+{
+    pub(super) fn new(
+        policy: &'static Policy,
+        classify: C,
+        refuse: fn(Error) -> R::Error,
+        describe: Describe<R::Error>,
+        make: F,
+    ) -> Self {
+        OnceLean {
+            lean: Lean::new(policy, classify, refuse, describe, make, false),
+        }
+    }
+}
+
+impl<R, C, V, F, Fut> Future for OnceLean<R, C, V, F, Fut>
+where
+    R: ReturnsResult,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<R::Ok, R::Error>>,
+    C: Fn(&R::Error) -> V,
+    V: Into<Verdict>,
+{
+    type Output = R;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<R> {
+        match self.project().lean.poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(LeanEnd::Done(out)) => Poll::Ready(out),
+            // A call without retries ends on the lean path (`once_end`).
+            Poll::Ready(LeanEnd::Handover(_)) => {
+                unreachable!("a call without retries is never handed over")
             }
         }
     }
@@ -162,7 +196,40 @@ pin_project! {
         policy: &'static Policy,
         refuse: fn(Error) -> R::Error,
         describe: Describe<R::Error>,
+        // Hand a failed first attempt to `retry_resumed`; else end the call
+        // as `once_inner` does.
+        retrying: bool,
         _verdict: PhantomData<fn() -> V>,
+    }
+}
+
+impl<R, C, V, F, Fut> Lean<R, C, V, F, Fut>
+where
+    R: ReturnsResult,
+{
+    fn new(
+        policy: &'static Policy,
+        classify: C,
+        refuse: fn(Error) -> R::Error,
+        describe: Describe<R::Error>,
+        make: F,
+        retrying: bool,
+    ) -> Self {
+        Lean {
+            body: None,
+            sleep: None,
+            cut: None,
+            end: None,
+            call: None,
+            span: None,
+            make: Some(make),
+            classify: Some(classify),
+            policy,
+            refuse,
+            describe,
+            retrying,
+            _verdict: PhantomData,
+        }
     }
 }
 
@@ -272,12 +339,16 @@ where
                 Poll::Ready(LeanEnd::Done(out))
             }
             result => {
-                let end = PreparedEnd {
-                    admission: Admission::none(&NO_DEPS),
-                    deadline,
-                    began,
-                };
-                let attempted: Attempted<R::Ok, R::Error> = call.conclude(span, 1, end, result);
+                let admission = Admission::none(&NO_DEPS);
+                let attempted: Attempted<R::Ok, R::Error> =
+                    call.conclude(span, 1, admission, deadline, began, result);
+                if !*this.retrying {
+                    let out = once_end(call, span, attempted, *this.refuse, *this.describe);
+                    *this.call = None;
+                    *this.span = None;
+                    *this.make = None;
+                    return Poll::Ready(LeanEnd::Done(out));
+                }
                 let (Some(call), Some(span)) = (this.call.take(), this.span.take()) else {
                     unreachable!("checked above");
                 };
