@@ -521,47 +521,59 @@ const SELF_COPY: &str = "__resilient_self";
 /// `macro_rules!`, and nested functions (from the `fn` to the end of their
 /// body), whose `self` is their own.
 fn rename_self(tokens: TokenStream) -> TokenStream {
-    rename_self_in(tokens, false)
+    rename_self_in(tokens, None)
 }
 
-/// Macros whose first string literal (not after `=` or `:`, as tracing's
-/// `target: "…"` and fields are) is a format string. Not `assert_eq!`,
-/// whose operands come first. Under another macro, a `{self}` in a string
-/// is left as it is: at worst a compile error (the attempt cannot move the
-/// caller's `self`), never a changed string.
-const FORMATTING_MACROS: &[&str] = &[
-    "format",
-    "format_args",
-    "print",
-    "println",
-    "eprint",
-    "eprintln",
-    "write",
-    "writeln",
-    "panic",
-    "assert",
-    "debug_assert",
-    "unreachable",
-    "todo",
-    "unimplemented",
-    "trace",
-    "debug",
-    "info",
-    "warn",
-    "error",
-    "anyhow",
-    "bail",
-    "ensure",
+/// Macros whose format string is their first string literal (not after
+/// `=` or `:`, as tracing's `target: "…"` and fields are) once the given
+/// number of leading arguments has passed: `assert!`'s condition,
+/// `assert_eq!`'s two operands. Under another macro, a `{self}` in a
+/// string is left as it is: a compile error (the attempt cannot move the
+/// caller's `self`), never a changed string. A macro of the user's own
+/// with one of these names has its string treated as a format string too.
+const FORMATTING_MACROS: &[(&str, usize)] = &[
+    ("format", 0),
+    ("format_args", 0),
+    ("print", 0),
+    ("println", 0),
+    ("eprint", 0),
+    ("eprintln", 0),
+    ("write", 1),
+    ("writeln", 1),
+    ("panic", 0),
+    ("assert", 1),
+    ("debug_assert", 1),
+    ("assert_eq", 2),
+    ("assert_ne", 2),
+    ("debug_assert_eq", 2),
+    ("debug_assert_ne", 2),
+    ("unreachable", 0),
+    ("todo", 0),
+    ("unimplemented", 0),
+    ("trace", 0),
+    ("debug", 0),
+    ("info", 0),
+    ("warn", 0),
+    ("error", 0),
+    ("event", 1),
+    ("anyhow", 0),
+    ("bail", 0),
+    ("ensure", 1),
 ];
 
-/// `formatting`: `tokens` are the arguments of a formatting macro, whose
-/// format string has not been seen yet.
-fn rename_self_in(tokens: TokenStream, mut formatting: bool) -> TokenStream {
+/// `formatting`: `tokens` are the arguments of a formatting macro whose
+/// format string has not been seen yet, after that many more top-level
+/// arguments.
+fn rename_self_in(tokens: TokenStream, mut formatting: Option<usize>) -> TokenStream {
     let mut out: Vec<TokenTree> = Vec::new();
     let mut tokens = tokens.into_iter().peekable();
     while let Some(tt) = tokens.next() {
         match tt {
-            TokenTree::Ident(ident) if ident == "fn" => {
+            // A nested function (`fn name`), whose `self` is its own; not
+            // a function pointer type (`fn(u32) -> u32`).
+            TokenTree::Ident(ident)
+                if ident == "fn" && matches!(tokens.peek(), Some(TokenTree::Ident(_))) =>
+            {
                 out.push(TokenTree::Ident(ident));
                 for tt in tokens.by_ref() {
                     let end = match &tt {
@@ -590,22 +602,31 @@ fn rename_self_in(tokens: TokenStream, mut formatting: bool) -> TokenStream {
             }
             TokenTree::Group(g) => {
                 // `name!(…)`: a macro call, maybe of a formatting macro.
-                let formats = matches!(
-                    &out[..],
+                let formats = match &out[..] {
                     [.., TokenTree::Ident(name), TokenTree::Punct(bang)]
-                        if bang.as_char() == '!'
-                            && FORMATTING_MACROS.iter().any(|m| name == m)
-                );
+                        if bang.as_char() == '!' =>
+                    {
+                        FORMATTING_MACROS
+                            .iter()
+                            .find(|(m, _)| name == m)
+                            .map(|(_, before)| *before)
+                    }
+                    _ => None,
+                };
                 let mut renamed = Group::new(g.delimiter(), rename_self_in(g.stream(), formats));
                 renamed.set_span(g.span());
                 out.push(TokenTree::Group(renamed));
             }
+            TokenTree::Punct(p) if p.as_char() == ',' && matches!(formatting, Some(n) if n > 0) => {
+                formatting = formatting.map(|n| n - 1);
+                out.push(TokenTree::Punct(p));
+            }
             TokenTree::Literal(literal)
-                if formatting
+                if formatting == Some(0)
                     && is_string(&literal.to_string())
                     && !matches!(out.last(), Some(TokenTree::Punct(p)) if matches!(p.as_char(), '=' | ':')) =>
             {
-                formatting = false;
+                formatting = None;
                 out.push(TokenTree::Literal(rename_self_in_format(literal)));
             }
             other => out.push(other),
