@@ -493,13 +493,21 @@ fn twice(section: &'static str, name: &str) -> Problem {
 }
 
 impl RegistryBuilder {
+    /// Reports a part configured twice in code, once however many times.
+    fn twice(&mut self, section: &'static str, name: &str) {
+        let problem = twice(section, name);
+        if !self.problems.contains(&problem) {
+            self.problems.push(problem);
+        }
+    }
+
     /// Configures the breaker `name`, unless a configuration file does.
     /// Configuring the same name twice in code is refused by
     /// [`build`](Self::build).
     pub fn breaker(mut self, name: impl Into<String>, config: BreakerConfig) -> Self {
         let name = name.into();
         if self.code.breakers.contains_key(&name) {
-            self.problems.push(twice("breaker", &name));
+            self.twice("breaker", &name);
         }
         self.code.breakers.insert(name, config);
         self
@@ -509,7 +517,7 @@ impl RegistryBuilder {
     pub fn budget(mut self, name: impl Into<String>, config: BudgetConfig) -> Self {
         let name = name.into();
         if self.code.budgets.contains_key(&name) {
-            self.problems.push(twice("budget", &name));
+            self.twice("budget", &name);
         }
         self.code.budgets.insert(name, config);
         self
@@ -519,7 +527,7 @@ impl RegistryBuilder {
     pub fn bulkhead(mut self, name: impl Into<String>, config: BulkheadConfig) -> Self {
         let name = name.into();
         if self.code.bulkheads.contains_key(&name) {
-            self.problems.push(twice("bulkhead", &name));
+            self.twice("bulkhead", &name);
         }
         self.code.bulkheads.insert(name, config);
         self
@@ -530,7 +538,7 @@ impl RegistryBuilder {
     pub fn throttle(mut self, name: impl Into<String>, config: ThrottleConfig) -> Self {
         let name = name.into();
         if self.code.throttles.contains_key(&name) {
-            self.problems.push(twice("throttle", &name));
+            self.twice("throttle", &name);
         }
         self.code.throttles.insert(name, config);
         self
@@ -856,7 +864,9 @@ mod file {
         /// [`Registry`](super::Registry) for the format). The file
         /// overrides code: for a name both configure, the file's settings
         /// are used, whether this is called before or after the builder's
-        /// other methods (see [`RegistryBuilder`]).
+        /// other methods (see [`RegistryBuilder`]). With several
+        /// documents, a part that two of them configure gets the later
+        /// one's table as a whole (its settings are not merged key by key).
         ///
         /// Problems are reported by [`build`](RegistryBuilder::build), all
         /// at once, or here if the text is not TOML; each names the line,

@@ -440,7 +440,7 @@ fn an_open_wait_longer_than_a_day_is_refused_not_clamped() {
     refused_builder(
         BreakerConfig::default().wait_duration_in_open_state(Duration::MAX),
         "wait_duration_in_open_state_ms",
-        &Duration::MAX.as_millis().to_string(),
+        &format!("{}.999999", Duration::MAX.as_millis()),
     );
     // A day exactly is accepted.
     BreakerConfig::from_toml(
@@ -474,5 +474,21 @@ fn counts_too_large_for_any_setting_are_refused_with_the_keys_own_range() {
         "minimum_number_of_calls",
         big,
     );
-    assert!(msg.contains("window's size"), "{msg}");
+    assert!(
+        msg.contains("4294967295") && msg.contains("count-based"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn an_open_wait_a_nanosecond_over_a_day_is_shown_exactly() {
+    let wait = Duration::from_secs(86_400) + Duration::from_nanos(1);
+    let err = Breaker::new(
+        "payments",
+        BreakerConfig::default().wait_duration_in_open_state(wait),
+    )
+    .expect_err("over a day");
+    let text = err.to_string();
+    assert!(!text.contains("= 86400000:"), "{text}");
+    assert!(text.contains("86400000.000001"), "{text}");
 }

@@ -435,6 +435,7 @@ fn a_part_configured_twice_in_code_is_refused_naming_it() {
         )
         .bulkhead("db", resilient::BulkheadConfig::default())
         .bulkhead("db", resilient::BulkheadConfig::default())
+        .bulkhead("db", resilient::BulkheadConfig::default())
         .breaker("search", BreakerConfig::default())
         .build()
         .unwrap_err();
@@ -450,6 +451,7 @@ fn a_part_configured_twice_in_code_is_refused_naming_it() {
         "{text}"
     );
     assert!(text.contains("configured twice in code"), "{text}");
+    // Three calls for `db`: still one problem for it.
 }
 
 #[test]

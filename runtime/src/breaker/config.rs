@@ -257,9 +257,17 @@ impl BreakerConfig {
         // given up on for days by a breaker nobody can see waiting.
         let wait = self.wait_duration_in_open_state;
         if wait > BreakerConfig::MAX_WAIT_IN_OPEN_STATE {
+            // Shown exactly: a whole day and a nanosecond is not "86400000".
+            let shown = match wait.subsec_nanos() % 1_000_000 {
+                0 => wait.as_millis().to_string(),
+                nanos => {
+                    let fraction = format!("{nanos:06}");
+                    format!("{}.{}", wait.as_millis(), fraction.trim_end_matches('0'))
+                }
+            };
             refuse(
                 "wait_duration_in_open_state_ms",
-                &wait.as_millis(),
+                &shown,
                 &format!(
                     "must be at most {} ms (one day)",
                     BreakerConfig::MAX_WAIT_IN_OPEN_STATE.as_millis()
@@ -408,8 +416,12 @@ impl setting::Settings for BreakerConfig {
                     .with_size(setting::count_within(value, &range)?)
             }
             "minimum_number_of_calls" => {
-                // At most the window's size, itself at most MAX_COUNT_WINDOW.
-                let range = format!("from 1 to the window's size (at most {MAX_COUNT_WINDOW})");
+                // A time-based window takes any u32; a count-based one at
+                // most its size (checked with the other settings).
+                let range = format!(
+                    "from 1 to {} (and, with a count-based window, at most its size)",
+                    u32::MAX
+                );
                 self.minimum_number_of_calls = setting::count_within(value, &range)?
             }
             "sliding_window_type" => {

@@ -40,6 +40,7 @@ mod gate;
 
 use std::fmt;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -74,6 +75,9 @@ static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
 thread_local! {
     static SHARD: usize = NEXT_SHARD.fetch_add(1, Ordering::Relaxed) % SHARDS;
 }
+
+/// Held while a drain or a resume changes the state and the shards' bits.
+static TRANSITION: Mutex<()> = Mutex::new(());
 
 /// Wakes a drain when a call ends while draining.
 static ENDED: Notify = Notify::const_new();
@@ -214,8 +218,13 @@ impl GracefulShutdown {
     /// cancelled by the drain: dropping them (ending the process, or the
     /// server's own shutdown) is the caller's decision.
     pub async fn drain(&self, within: Duration) -> DrainReport {
-        STATE.store(DRAINING, Ordering::SeqCst);
-        gate::start_drain(shards());
+        {
+            // The state and the shards' bits change together: a `resume`
+            // racing this drain must not leave the bits set while running.
+            let _transition = TRANSITION.lock().unwrap_or_else(PoisonError::into_inner);
+            STATE.store(DRAINING, Ordering::SeqCst);
+            gate::start_drain(shards());
+        }
         let started = Instant::now();
         let until = started.checked_add(within);
         loop {
@@ -249,6 +258,7 @@ impl GracefulShutdown {
 
     /// Admits new calls again (calls stay counted).
     pub fn resume(&self) {
+        let _transition = TRANSITION.lock().unwrap_or_else(PoisonError::into_inner);
         if STATE
             .compare_exchange(DRAINING, RUNNING, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()
