@@ -117,13 +117,6 @@ impl Deps {
     /// waits for a slot ([`Admit::Wait`]).
     #[inline]
     pub(crate) fn try_admit(&self, now: Option<Instant>) -> Admit<'_> {
-        if self.breaker.is_none() && self.throttle.is_none() && self.bulkhead.is_none() {
-            return Admit::Ready(Ok(Admission {
-                deps: self,
-                breaker: None,
-                _bulkhead: None,
-            }));
-        }
         let breaker = match &self.breaker {
             Some(b) => match b.try_acquire_at(now.unwrap_or_else(Instant::now)) {
                 Ok(permit) => Some(permit),

@@ -754,8 +754,8 @@ where
     C: Fn(&R::Error) -> V,
     V: Into<Verdict>,
 {
-    // A call without retries makes one attempt: the lean path asks for it,
-    // and `once_inner` never runs the body of a call handed over after it.
+    // A call without retries makes one attempt: the lean path asks for it
+    // once, and ends a failed one in place (`once_end`), never asking again.
     let mut make = Some(make);
     let make = move || {
         let make = make
