@@ -484,7 +484,7 @@ impl Layer {
 
 /// A part configured twice in code: one of the two would be dropped
 /// without a word, so neither is taken.
-fn twice(section: &'static str, name: &str) -> Problem {
+fn configured_twice(section: &'static str, name: &str) -> Problem {
     Problem::part(
         section,
         name,
@@ -495,7 +495,7 @@ fn twice(section: &'static str, name: &str) -> Problem {
 impl RegistryBuilder {
     /// Reports a part configured twice in code, once however many times.
     fn twice(&mut self, section: &'static str, name: &str) {
-        let problem = twice(section, name);
+        let problem = configured_twice(section, name);
         if !self.problems.contains(&problem) {
             self.problems.push(problem);
         }

@@ -1,6 +1,7 @@
 //! Server-side idempotency keys: the first request with a key runs, every
 //! later one with the same key gets its stored answer.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hasher, RandomState};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -218,13 +219,13 @@ impl Store {
     }
 
     /// The key as stored: within the caller's scope, when keys are scoped.
-    fn scoped(&self, key: &str, headers: &::http::HeaderMap) -> String {
+    fn scoped<'k>(&self, key: &'k str, headers: &::http::HeaderMap) -> Cow<'k, str> {
         match &self.settings.scope {
-            None => key.to_owned(),
+            None => Cow::Borrowed(key),
             Some(name) => {
                 let mut h = self.hasher.build_hasher();
                 h.write(headers.get(name).map_or(&[][..], |v| v.as_bytes()));
-                format!("{:016x} {key}", h.finish())
+                Cow::Owned(format!("{:016x} {key}", h.finish()))
             }
         }
     }
@@ -507,7 +508,7 @@ where
                     Claim::Run(tx, generation) => {
                         let guard = RunGuard {
                             store: store.clone(),
-                            key: key.as_str().to_owned(),
+                            key: key.clone().into_owned(),
                             generation,
                             tx: Some(tx),
                         };
