@@ -204,6 +204,27 @@ pub(crate) enum Acquired {
     Rejected { retry_in_ns: Option<u64> },
 }
 
+/// The time of a record, in nanoseconds since the origin, asked for only
+/// when the record needs it: a success in a closed count-based window (the
+/// steady path) does not, and converting an `Instant` costs more than the
+/// atomics it would feed. Every ask of one record gets the same time.
+pub(crate) trait Now {
+    fn ns(&mut self) -> u64;
+}
+
+/// A time already converted (the models and unit tests give one).
+impl Now for u64 {
+    fn ns(&mut self) -> u64 {
+        *self
+    }
+}
+
+impl<T: Now + ?Sized> Now for &mut T {
+    fn ns(&mut self) -> u64 {
+        (**self).ns()
+    }
+}
+
 /// One outcome handed to the core.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Sample {
@@ -412,7 +433,7 @@ impl Window {
     /// may have risen: a record that only replaces an outcome with the same
     /// one (the steady success path), or takes a failure or slow mark out,
     /// cannot open the breaker, and the caller skips reading the totals.
-    pub(crate) fn record(&self, failed: bool, slow: bool, now_ns: u64) -> bool {
+    pub(crate) fn record(&self, failed: bool, slow: bool, mut now: impl Now) -> bool {
         match &self.slots {
             Slots::Count {
                 slots,
@@ -442,7 +463,7 @@ impl Window {
                 nc > oc || nf > of || ns > os
             }
             Slots::Time { buckets, present } => {
-                let second = now_ns / NANOS_PER_SEC;
+                let second = now.ns() / NANOS_PER_SEC;
                 self.advance_to(second);
                 let len = buckets.len() as u64;
                 let bucket = &buckets[(second % len) as usize];
@@ -704,6 +725,21 @@ impl Core {
         end_ms.saturating_mul(NANOS_PER_MS)
     }
 
+    /// Admits a call without the time, when the breaker's state decides
+    /// without it (closed, metrics only, disabled): the steady path. `None`
+    /// for every other state: ask [`try_acquire`](Core::try_acquire).
+    #[inline]
+    pub(crate) fn try_acquire_untimed(&self) -> Option<Admission> {
+        let w = Word(self.state.load(Ordering::Acquire));
+        match w.phase() {
+            Phase::Closed | Phase::MetricsOnly | Phase::Disabled => Some(Admission {
+                phase: w.phase(),
+                generation: w.generation(),
+            }),
+            Phase::ForcedOpen | Phase::Open | Phase::HalfOpen => None,
+        }
+    }
+
     pub(crate) fn try_acquire(&self, now_ns: u64) -> Acquired {
         let mut w = Word(self.state.load(Ordering::Acquire));
         loop {
@@ -788,7 +824,7 @@ impl Core {
         &self,
         admission: Admission,
         sample: Sample,
-        now_ns: u64,
+        mut now: impl Now,
     ) -> [Option<Transition>; 2] {
         let (failed, slow, hold_until_ns) = match sample {
             Sample::Ignored => {
@@ -803,12 +839,12 @@ impl Core {
         };
         let first = match admission.phase {
             Phase::Closed | Phase::MetricsOnly => {
-                self.record_closed(admission, failed, slow, now_ns)
+                self.record_closed(admission, failed, slow, &mut now)
             }
-            Phase::HalfOpen => self.record_half_open(admission, failed, slow, now_ns),
+            Phase::HalfOpen => self.record_half_open(admission, failed, slow, now.ns()),
             Phase::Open | Phase::Disabled | Phase::ForcedOpen => None,
         };
-        let second = hold_until_ns.and_then(|until| self.hold_open(until, now_ns));
+        let second = hold_until_ns.and_then(|until| self.hold_open(until, now.ns()));
         [first, second]
     }
 
@@ -817,13 +853,13 @@ impl Core {
         admission: Admission,
         failed: bool,
         slow: bool,
-        now_ns: u64,
+        now: &mut impl Now,
     ) -> Option<Transition> {
         let w = Word(self.state.load(Ordering::Acquire));
         if !w.phase().records() || w.generation() != admission.generation {
             return None; // admitted under an earlier state: not evidence about this one
         }
-        let may_rise = self.window.record(failed, slow, now_ns);
+        let may_rise = self.window.record(failed, slow, &mut *now);
         if !may_rise || w.phase() != Phase::Closed {
             return None;
         }
@@ -832,7 +868,7 @@ impl Core {
             return None;
         }
         let cause = self.tripping(failures, slows, calls)?;
-        let until = now_ns.saturating_add(self.settings.wait_ns);
+        let until = now.ns().saturating_add(self.settings.wait_ns);
         let open = Word::open(w.next_generation(), until);
         // A closed word carries no payload, so it changes only by a transition:
         // one attempt suffices, and only one recorder can win it.

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 pub use self::config::{BreakerConfig, SlidingWindow};
 use self::core::{
-    Acquired, Admission, Cause, Core, Phase, Sample, Settings, Transition, WindowKind,
+    Acquired, Admission, Cause, Core, Now, Phase, Sample, Settings, Transition, WindowKind,
 };
 pub use self::events::{BreakerEvent, EventHub, Subscription, TransitionReason};
 pub use self::snapshot::BreakerSnapshot;
@@ -101,8 +101,6 @@ pub struct Breaker {
     /// When the breaker was made, as [`crate::time::ticks`]: its windows
     /// count from there, as they would from its own clock.
     origin: u64,
-    /// `slow_call_duration_threshold` in nanoseconds.
-    slow_ns: u64,
     not_permitted: AtomicU64,
     events: Arc<EventHub>,
 }
@@ -147,7 +145,6 @@ impl Breaker {
         };
         Breaker {
             origin: crate::time::ticks(Instant::now()),
-            slow_ns: nanos(config.slow_call_duration_threshold),
             core: Core::new(settings, config.initial_state.phase()),
             name,
             config,
@@ -185,7 +182,23 @@ impl Breaker {
         self.try_acquire_at(Instant::now())
     }
 
+    #[inline]
     pub(crate) fn try_acquire_at(&self, now: Instant) -> Result<BreakerPermit<'_>, crate::Error> {
+        // A closed breaker admits without the time: only its permit's start
+        // is kept, for the slow-call check.
+        if let Some(admission) = self.core.try_acquire_untimed() {
+            return Ok(BreakerPermit {
+                breaker: self,
+                admission,
+                start: now,
+                done: false,
+            });
+        }
+        self.try_acquire_timed(now)
+    }
+
+    #[cold]
+    fn try_acquire_timed(&self, now: Instant) -> Result<BreakerPermit<'_>, crate::Error> {
         match self.core.try_acquire(self.since_origin(now)) {
             Acquired::Admitted {
                 admission,
@@ -197,7 +210,7 @@ impl Breaker {
                 let permit = BreakerPermit {
                     breaker: self,
                     admission,
-                    start_ns: self.since_origin(now),
+                    start: now,
                     done: false,
                 };
                 if let Some(t) = transition {
@@ -389,8 +402,8 @@ impl Breaker {
 pub struct BreakerPermit<'a> {
     breaker: &'a Breaker,
     admission: Admission,
-    /// When the call started, as [`crate::time::ticks`].
-    start_ns: u64,
+    /// When the call started, for the slow-call check.
+    start: Instant,
     done: bool,
 }
 
@@ -415,15 +428,23 @@ impl BreakerPermit<'_> {
     /// Starts the call's clock again, at `now`: the permit was taken before
     /// a wait (for a bulkhead slot) that is not the dependency's time.
     pub(crate) fn restart_at(&mut self, now: Instant) {
-        self.start_ns = self.breaker.since_origin(now);
+        self.start = now;
     }
 
+    #[inline]
     pub(crate) fn record_at(mut self, outcome: Outcome, now: Instant) {
         self.done = true;
         let breaker = self.breaker;
         let config = &breaker.config;
-        let now_ns = breaker.since_origin(now);
-        let slow = || now_ns.saturating_sub(self.start_ns) > breaker.slow_ns;
+        // The end is compared with the start as `Instant`s, and converted
+        // to the core's nanoseconds only if the record needs the time.
+        let mut now_ns = Ticks {
+            breaker,
+            at: now,
+            ns: None,
+        };
+        let slow =
+            || now.saturating_duration_since(self.start) > config.slow_call_duration_threshold;
         let sample = match outcome {
             Outcome::Ignored => Sample::Ignored,
             Outcome::Success => Sample::Call {
@@ -438,7 +459,11 @@ impl BreakerPermit<'_> {
                 // broken or hostile server holds for `max_retry_after_hold`.
                 hold_until_ns: retry_after
                     .filter(|d| config.honor_retry_after && !d.is_zero())
-                    .map(|d| now_ns.saturating_add(nanos(d.min(config.max_retry_after_hold)))),
+                    .map(|d| {
+                        now_ns
+                            .ns()
+                            .saturating_add(nanos(d.min(config.max_retry_after_hold)))
+                    }),
             },
         };
         for t in breaker
@@ -449,6 +474,21 @@ impl BreakerPermit<'_> {
         {
             breaker.announce(t, false);
         }
+    }
+}
+
+/// The end of a call, converted to the core's nanoseconds on first ask.
+struct Ticks<'a> {
+    breaker: &'a Breaker,
+    at: Instant,
+    ns: Option<u64>,
+}
+
+impl Now for Ticks<'_> {
+    fn ns(&mut self) -> u64 {
+        *self
+            .ns
+            .get_or_insert_with(|| self.breaker.since_origin(self.at))
     }
 }
 
