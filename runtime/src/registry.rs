@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 
 use crate::config::{ConfigError, Problem, check_name};
@@ -16,6 +17,12 @@ use crate::{
 tokio::task_local! {
     static CURRENT: Registry;
 }
+
+/// Set once any registry has been scoped around a task: until then no task
+/// has one, and a call skips the look for it (a task-local access, about a
+/// fifth of the cost of finding a breaker). Set before the scope's future
+/// exists, so every poll of it, on any thread, comes after the store.
+static EVER_SCOPED: AtomicBool = AtomicBool::new(false);
 
 static GLOBAL: OnceLock<Registry> = OnceLock::new();
 
@@ -257,7 +264,11 @@ impl Registry {
             .unwrap_or_else(|_| Registry::global().clone())
     }
 
+    #[inline]
     pub(crate) fn scoped() -> Option<Registry> {
+        if !EVER_SCOPED.load(Ordering::Relaxed) {
+            return None;
+        }
         CURRENT.try_with(Registry::clone).ok()
     }
 
@@ -275,6 +286,7 @@ impl Registry {
     /// # }
     /// ```
     pub fn scope<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> + use<F> {
+        EVER_SCOPED.store(true, Ordering::Relaxed);
         CURRENT.scope(self.clone(), fut)
     }
 

@@ -232,6 +232,29 @@ async fn slow_successes_open_it_when_the_slow_call_rate_is_enabled() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_call_as_long_as_the_threshold_is_not_slow_and_a_nanosecond_longer_is() {
+    let threshold = Duration::from_millis(250);
+    let b = breaker(
+        window_of_four()
+            .slow_call_rate_threshold(50.0)
+            .slow_call_duration_threshold(threshold),
+    );
+    for _ in 0..4 {
+        let permit = b.try_acquire().unwrap();
+        advance(threshold).await;
+        permit.record(SUCCESS);
+    }
+    assert_eq!(b.snapshot().slow_calls, 0, "exactly the threshold is not slow");
+    for _ in 0..2 {
+        let permit = b.try_acquire().unwrap();
+        advance(threshold + Duration::from_nanos(1)).await;
+        permit.record(SUCCESS);
+    }
+    assert_eq!(b.snapshot().slow_calls, 2);
+    assert_eq!(b.state(), State::Open, "2 slow of 4 = 50 %");
+}
+
+#[tokio::test(start_paused = true)]
 async fn permanent_outcomes_never_open_it() {
     let b = breaker(window_of_four());
     for _ in 0..20 {

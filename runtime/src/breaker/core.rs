@@ -820,6 +820,7 @@ impl Core {
     }
 
     /// Records one outcome; returns the transitions this caller performed.
+    #[inline]
     pub(crate) fn record(
         &self,
         admission: Admission,
