@@ -35,6 +35,7 @@
 use std::cell::Cell;
 use std::future::Future;
 use std::hash::{BuildHasher, RandomState};
+use std::marker::PhantomData;
 use std::ops::Deref;
 use std::pin::Pin;
 use std::sync::OnceLock;
@@ -383,26 +384,31 @@ static CIRCUIT: Circuit = Circuit {
     }),
 };
 
-/// Admission to one call, with the instant after which it is slow.
+/// Admission to one call, with the instant after which it is slow (none
+/// for a sketch that does not time its calls).
 struct Permit {
     circuit: &'static Circuit,
     word: u64,
-    slow_after: Instant,
+    slow_after: Option<Instant>,
 }
 
 impl Circuit {
-    /// Admits a call at `now`: a closed breaker at one load.
+    /// Admits a call at `now`: a closed breaker at one load. `now` is
+    /// `None` for a sketch that does not time its calls, which reads the
+    /// clock only for an open breaker.
     #[inline]
-    fn try_acquire(&'static self, now: Instant) -> Result<Permit, Refusal> {
+    fn try_acquire(&'static self, now: Option<Instant>) -> Result<Permit, Refusal> {
         let word = self.head.state.load(Ordering::Acquire);
         let permit = |word| Permit {
             circuit: self,
             word,
-            slow_after: now + SLOW_CALL,
+            slow_after: now.map(|now| now + SLOW_CALL),
         };
         match word & PHASE {
             CLOSED => Ok(permit(word)),
-            OPEN if nanos(since_origin(now)) >= self.head.open_until.load(Ordering::Acquire) => {
+            OPEN if nanos(since_origin(now.unwrap_or_else(Instant::now)))
+                >= self.head.open_until.load(Ordering::Acquire) =>
+            {
                 // The wait is over: the caller that moves the breaker to
                 // half-open is its probe. (The library lets 10 probes
                 // through and judges them by the thresholds; here one
@@ -420,7 +426,7 @@ impl Circuit {
     }
 
     #[inline]
-    fn record(&self, word: u64, failed: bool, slow: bool, now: Instant) {
+    fn record(&self, word: u64, failed: bool, slow: bool, now: Option<Instant>) {
         if word & PHASE == HALF_OPEN {
             return self.record_probe(word, failed || slow, now);
         }
@@ -440,7 +446,7 @@ impl Circuit {
 
     /// Puts a changed outcome into its slot, updates the totals, and opens
     /// the breaker if that tripped it.
-    fn replace(&self, slot: &AtomicU8, new: u8, word: u64, now: Instant) {
+    fn replace(&self, slot: &AtomicU8, new: u8, word: u64, now: Option<Instant>) {
         let old = slot.swap(new, Ordering::AcqRel);
         let bit = |v: u8, b: u8| v & b != 0;
         let w = &self.window;
@@ -458,7 +464,7 @@ impl Circuit {
     }
 
     /// The half-open probe's outcome decides: closed again, or open.
-    fn record_probe(&self, word: u64, bad: bool, now: Instant) {
+    fn record_probe(&self, word: u64, bad: bool, now: Option<Instant>) {
         if bad {
             self.open(word, now);
         } else {
@@ -482,9 +488,11 @@ impl Circuit {
                 || slow * 100 >= SLOW_RATE_PERCENT * calls)
     }
 
-    fn open(&self, from: u64, now: Instant) {
+    /// Opens the breaker; `now` is read here if the call was not timed.
+    fn open(&self, from: u64, now: Option<Instant>) {
         // Stored before the state word that makes it meaningful. Racing
         // openers store ends nanoseconds apart: either will do.
+        let now = now.unwrap_or_else(Instant::now);
         let until = nanos(since_origin(now)).saturating_add(nanos(OPEN_WAIT));
         self.head.open_until.store(until, Ordering::Release);
         let _ = self.head.state.compare_exchange(
@@ -516,13 +524,14 @@ impl Circuit {
 impl Permit {
     /// Records the call's outcome: `Some(failed)`, or `None` for an error
     /// that counts as neither failure nor success.
+    /// `end` is `None` for a sketch that does not time its calls.
     #[inline]
-    fn record(mut self, failed: Option<bool>, end: Instant) {
+    fn record(mut self, failed: Option<bool>, end: Option<Instant>) {
         let Some(failed) = failed else {
             return; // dropped: a probe is given back
         };
         let word = std::mem::take(&mut self.word); // closed: disarms `drop`
-        let slow = end > self.slow_after;
+        let slow = matches!((end, self.slow_after), (Some(end), Some(after)) if end > after);
         self.circuit.record(word, failed, slow, end);
     }
 }
@@ -863,19 +872,76 @@ where
 }
 
 pin_project! {
+    /// A sketch in the span the library opens for every call with its
+    /// default `tracing` feature (the same name, target, level and fields),
+    /// entered for each poll of the sketch: what that telemetry costs at
+    /// least. No subscriber is installed, so the span is disabled, as it is
+    /// in the library's figures. (`tracing::Instrument` would do, but it
+    /// also enters the span to drop the future: about 30 instructions more.)
+    pub(crate) struct Traced<F> {
+        span: tracing::Span,
+        #[pin]
+        inner: F,
+    }
+}
+
+pub(crate) fn traced<F: Future>(inner: F) -> Traced<F> {
+    let span = tracing::info_span!(
+        target: "resilient",
+        "resilient",
+        function = "bench",
+        breaker = None::<&str>,
+        budget = None::<&str>,
+        bulkhead = None::<&str>,
+        deadline_ms = tracing::field::Empty,
+    );
+    Traced { span, inner }
+}
+
+impl<F: Future> Future for Traced<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let _in_span = this.span.enter();
+        this.inner.poll(cx)
+    }
+}
+
+/// Whether a sketch reads the clock for the breaker's slow-call check:
+/// [`Clocked`] for the sketches, [`Unclocked`] for their lower bounds.
+pub(crate) trait Clocking {
+    const CLOCKED: bool;
+}
+
+pub(crate) struct Clocked;
+pub(crate) struct Unclocked;
+
+impl Clocking for Clocked {
+    const CLOCKED: bool = true;
+}
+
+impl Clocking for Unclocked {
+    const CLOCKED: bool = false;
+}
+
+pin_project! {
     /// `#[resilient(breaker = "bench")]`: admitted by the breaker, timed
-    /// (a slow call counts), its outcome recorded.
-    pub(crate) struct BreakerCall<M, F> {
+    /// (a slow call counts), its outcome recorded. With `Unclocked`, a
+    /// lower bound rather than a sketch: no clock read at all, so no call
+    /// is ever slow (see `breaker_unclocked`).
+    pub(crate) struct BreakerCall<M, F, K> {
         make: Option<M>,
         #[pin]
         attempt: Attempt<F>,
         // Taken at the start, handed to `record` at the end; dropped
         // unrecorded (a cancelled call), it gives a probe back.
         permit: Option<Permit>,
+        clocking: PhantomData<K>,
     }
 }
 
-pub(crate) fn breaker<M, F>(make: M) -> BreakerCall<M, F>
+pub(crate) fn breaker<M, F>(make: M) -> BreakerCall<M, F, Clocked>
 where
     M: FnOnce() -> F,
     F: Future,
@@ -884,10 +950,27 @@ where
         make: Some(make),
         attempt: Attempt::idle(),
         permit: None,
+        clocking: PhantomData,
     }
 }
 
-impl<M, F, T, E> Future for BreakerCall<M, F>
+/// The breaker sketch without its two clock reads: what any design of the
+/// slow-call check (a coarse clock, say) costs at least, since it can only
+/// add to this. Not the semantics: no call is ever slow.
+pub(crate) fn breaker_unclocked<M, F>(make: M) -> BreakerCall<M, F, Unclocked>
+where
+    M: FnOnce() -> F,
+    F: Future,
+{
+    BreakerCall {
+        make: Some(make),
+        attempt: Attempt::idle(),
+        permit: None,
+        clocking: PhantomData,
+    }
+}
+
+impl<M, F, T, E, K: Clocking> Future for BreakerCall<M, F, K>
 where
     M: FnOnce() -> F,
     F: Future<Output = Result<T, E>>,
@@ -904,8 +987,11 @@ where
             };
             // The start of the call, for the slow-call check: on tokio's
             // clock, which tests may pause.
-            let now = Instant::now();
-            if path.deadline.is_some_and(|d| now >= d) {
+            let now = K::CLOCKED.then(Instant::now);
+            if path
+                .deadline
+                .is_some_and(|d| now.unwrap_or_else(Instant::now) >= d)
+            {
                 return Poll::Ready(Err(Refusal::DeadlineExceeded.into()));
             }
             match CIRCUIT.try_acquire(now) {
@@ -920,7 +1006,7 @@ where
         }
         // No timer of its own, as for `RetryCall`.
         let out = ready!(this.attempt.as_mut().poll_body(cx));
-        let end = Instant::now();
+        let end = K::CLOCKED.then(Instant::now);
         if let Some(permit) = this.permit.take() {
             permit.record(verdict(Some(&out)), end);
         }
@@ -942,8 +1028,10 @@ pin_project! {
     /// the breaker's retry budget. One clock read at the start serves the
     /// deadline, the first attempt's timeout, the breaker and the budget;
     /// one at the end of each attempt serves the breaker's slow-call check
-    /// (and, after a failure, the retry decision).
-    pub(crate) struct FullCall<M, F> {
+    /// (and, after a failure, the retry decision). With `Unclocked`, a
+    /// lower bound rather than a sketch: no read at the end of an attempt
+    /// that succeeds, so no call is ever slow (see `full_unclocked`).
+    pub(crate) struct FullCall<M, F, K> {
         make: M,
         // The call's deadline: the earlier of the inherited one and one
         // second from the start.
@@ -962,10 +1050,11 @@ pin_project! {
         // What the running attempt holds, given back when it ends or is
         // dropped: the breaker's permit and a bulkhead slot.
         held: Option<(Permit, Slot)>,
+        clocking: PhantomData<K>,
     }
 }
 
-pub(crate) fn full<M, F>(make: M) -> FullCall<M, F>
+pub(crate) fn full<M, F>(make: M) -> FullCall<M, F, Clocked>
 where
     M: FnMut() -> F,
     F: Future,
@@ -979,10 +1068,33 @@ where
         sleep: None,
         backing_off: false,
         held: None,
+        clocking: PhantomData,
     }
 }
 
-impl<M, F, T, E> Future for FullCall<M, F>
+/// The full sketch without the clock read at the end of an attempt that
+/// succeeds, which only the breaker's slow-call check needs (the start's
+/// read stays: the deadline is counted from it): what any design of that
+/// check costs at least. Not the semantics: no call is ever slow.
+pub(crate) fn full_unclocked<M, F>(make: M) -> FullCall<M, F, Unclocked>
+where
+    M: FnMut() -> F,
+    F: Future,
+{
+    FullCall {
+        make,
+        deadline: None,
+        own: false,
+        number: 0,
+        attempt: Attempt::idle(),
+        sleep: None,
+        backing_off: false,
+        held: None,
+        clocking: PhantomData,
+    }
+}
+
+impl<M, F, T, E, K: Clocking> Future for FullCall<M, F, K>
 where
     M: FnMut() -> F,
     F: Future<Output = Result<T, E>>,
@@ -1030,7 +1142,7 @@ where
                 // The breaker first (an open one costs nothing more), the
                 // bulkhead last (a slot only for an attempt that runs).
                 let admitted = CIRCUIT
-                    .try_acquire(now)
+                    .try_acquire(K::CLOCKED.then_some(now))
                     .and_then(|permit| Ok((permit, BULKHEAD.try_acquire()?)));
                 match admitted {
                     Ok(held) => *this.held = Some(held),
@@ -1048,11 +1160,13 @@ where
                 this.attempt.as_mut().start(frame, (this.make)());
             }
             let out = ready!(this.attempt.as_mut().poll_timed(this.sleep.as_mut(), cx));
-            let end = Instant::now();
+            let success = matches!(out, Some(Ok(_)));
+            let end = (K::CLOCKED || !success).then(Instant::now);
             if let Some((permit, slot)) = this.held.take() {
                 permit.record(verdict(out.as_ref()), end);
                 drop(slot);
             }
+            let end = end.unwrap_or_else(Instant::now);
             let frame = &this.attempt.frame;
             reach(frame.high);
             let error = match out {
