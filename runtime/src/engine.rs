@@ -146,7 +146,7 @@ impl Policy {
     /// they are found once per call site and cached, so the success path
     /// does no lookup; a registry scoped around the task (tests) is
     /// searched on every call.
-    #[inline]
+    #[inline(always)]
     fn deps(&'static self) -> Result<DepsRef, Error> {
         if self.names.is_empty() {
             return Ok(DepsRef::Static(&NO_DEPS));
@@ -256,6 +256,7 @@ impl<C> Call<C> {
     /// `span`: the call's span, a local of the engine's future rather than
     /// a field here: the bigger `Call` is, the costlier its move out of this
     /// function (a `memcpy` call, past a size).
+    #[inline(always)]
     fn begin<E>(
         policy: &'static Policy,
         span: &CallSpan,
@@ -672,6 +673,7 @@ impl Drop for CutAttempt {
 }
 
 /// A call refused before its first attempt ran.
+#[cold]
 fn refused<E>(
     policy: &'static Policy,
     path: &PathStart,

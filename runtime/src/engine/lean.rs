@@ -264,10 +264,14 @@ where
             let Some(classify) = this.classify.take() else {
                 panic!("a `#[resilient]` call polled after it completed");
             };
-            let span = telemetry::span(this.policy);
-            let call = match Call::begin(this.policy, &span, classify, *this.refuse) {
-                Ok(call) => call,
-                Err(error) => return Poll::Ready(LeanEnd::Done(R::from_result(Err(error)))),
+            let span = this.span.insert(telemetry::span(this.policy));
+            // Begun in place: the call is not moved after it is made.
+            let call = match Call::begin(this.policy, span, classify, *this.refuse) {
+                Ok(call) => this.call.insert(call),
+                Err(error) => {
+                    *this.span = None;
+                    return Poll::Ready(LeanEnd::Done(R::from_result(Err(error))));
+                }
             };
             // The first attempt, as `Call::attempt` runs it for a call
             // without parts: nothing to admit, no budget to earn.
@@ -283,8 +287,6 @@ where
             *this.end = Some((deadline, telemetry::began(now)));
             let make = this.make.as_mut().expect("made before the first attempt");
             this.body.set(Some(InFrame::new(frame, make())));
-            *this.call = Some(call);
-            *this.span = Some(span);
         }
         let (Some(call), Some(span)) = (this.call.as_ref(), this.span.as_ref()) else {
             unreachable!("set above");
