@@ -112,13 +112,13 @@ impl Deps {
     /// Admits one attempt as far as it can without waiting: through the
     /// breaker and the throttle, and into the bulkhead when a slot is free
     /// (or the bulkhead refuses at once). `now` is `Some` whenever
-    /// [`needs_clock`](Deps::needs_clock) is true. The breaker and the
+    /// [`needs_clock_at_start`](Deps::needs_clock_at_start) is true. The breaker and the
     /// throttle decide once per attempt, here, also for an attempt that then
     /// waits for a slot ([`Admit::Wait`]).
     #[inline]
     pub(crate) fn try_admit(&self, now: Option<Instant>) -> Admit<'_> {
         let breaker = match &self.breaker {
-            Some(b) => match b.try_acquire_at(now.unwrap_or_else(Instant::now)) {
+            Some(b) => match b.try_acquire_in_call(now) {
                 Ok(permit) => Some(permit),
                 Err(open) => return Admit::Ready(Err(open)),
             },
@@ -167,8 +167,8 @@ impl Deps {
             .await
             .map_err(|full| bulkhead_full(b, full))?;
         let body_start = now.map(|_| Instant::now());
-        if let (Some(permit), Some(after_wait)) = (&mut breaker, body_start) {
-            permit.restart_at(after_wait);
+        if let Some(permit) = &mut breaker {
+            permit.restart(body_start);
         }
         Ok((
             Admission {
@@ -180,10 +180,28 @@ impl Deps {
         ))
     }
 
-    /// Do these parts need the time an attempt starts and ends? (Breakers
-    /// time calls; budgets and throttles count in time windows.)
+    /// Do these parts need tokio's time when an attempt starts? Throttles
+    /// count in time windows; a budget counts requests in one, but only
+    /// those of a call that may retry (`may_retry`: some layer on its path
+    /// retries); a breaker times calls on tokio's clock unless it uses the
+    /// coarse one (`crate::clock`).
     #[inline]
-    pub(crate) fn needs_clock(&self) -> bool {
+    pub(crate) fn needs_clock_at_start(&self, may_retry: bool) -> bool {
+        self.throttle.is_some()
+            || (may_retry && self.budget.is_some())
+            || self.breaker.as_ref().is_some_and(|b| b.needs_clock())
+    }
+
+    /// Do these parts need tokio's time when an attempt ends? (A budget
+    /// records outcomes without it.)
+    #[inline]
+    pub(crate) fn needs_clock_at_end(&self) -> bool {
+        self.throttle.is_some() || self.breaker.as_ref().is_some_and(|b| b.needs_clock())
+    }
+
+    /// Do these parts record an attempt's outcome at all?
+    #[inline]
+    pub(crate) fn records(&self) -> bool {
         self.breaker.is_some() || self.throttle.is_some() || self.budget.is_some()
     }
 
@@ -219,20 +237,38 @@ impl Admission<'_> {
         }
     }
 
-    /// `end` is `Some` whenever the parts need the clock.
+    /// Do the parts record the attempt's outcome?
+    #[inline]
+    pub(crate) fn records(&self) -> bool {
+        self.deps.records()
+    }
+
+    /// The body has had to wait: a breaker timing the call on the coarse
+    /// clock goes on with tokio's (`crate::clock`).
+    #[inline]
+    pub(crate) fn waited(&mut self) {
+        if let Some(permit) = &mut self.breaker {
+            permit.waited();
+        }
+    }
+
+    /// Records the attempt's outcome. `end`: tokio's time, read by the
+    /// caller whenever [`Deps::needs_clock_at_end`]; the parts read it
+    /// themselves if they need it otherwise (a breaker after its body
+    /// waited, or to open).
     #[inline]
     pub(crate) fn finish(self, outcome: Outcome, end: Option<Instant>) {
-        let Some(end) = end else {
-            return;
-        };
         if let Some(permit) = self.breaker {
             permit.record_at(outcome, end);
         }
         if let Some(t) = &self.deps.throttle {
-            t.record(!matches!(outcome, Outcome::Failure { .. }), end);
+            t.record(
+                !matches!(outcome, Outcome::Failure { .. }),
+                end.unwrap_or_else(Instant::now),
+            );
         }
         if let Some(b) = &self.deps.budget {
-            b.on_outcome(outcome, end);
+            b.on_outcome(outcome);
         }
     }
 }

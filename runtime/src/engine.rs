@@ -282,7 +282,7 @@ impl<C> Call<C> {
         let clocked = inherited.is_some()
             || policy.deadline.is_some()
             || policy.timeout.is_some()
-            || deps.needs_clock();
+            || deps.needs_clock_at_start(path.cap > 1);
         let start = clocked.then(Instant::now);
         let own = match (policy.deadline, start) {
             (Some(d), Some(start)) => start.checked_add(d),
@@ -357,7 +357,7 @@ impl<C> Call<C> {
                 telemetry::waiting(self.policy, wait).await
             }
         };
-        let (admission, body_start) = match admitted {
+        let (mut admission, body_start) = match admitted {
             Ok(admitted) => admitted,
             Err(refusal) => {
                 telemetry::attempt_refused(self.policy);
@@ -396,7 +396,7 @@ impl<C> Call<C> {
             number,
             armed: self.path.observed,
         };
-        let result = Bounded::new(attempt_deadline, frame, span, make()).await;
+        let result = Bounded::new(attempt_deadline, frame, span, &mut admission, make()).await;
         cut.disarm();
         self.conclude(
             span,
@@ -428,8 +428,9 @@ impl<C> Call<C> {
         V: Into<Verdict>,
     {
         // The end time feeds breakers (slow calls) and windows; without
-        // them, save the clock read.
-        let end = self.deps.needs_clock().then(Instant::now);
+        // them, save the clock read (a breaker that times calls on the
+        // coarse clock reads tokio's itself if its body waited).
+        let end = self.deps.needs_clock_at_end().then(Instant::now);
         let (result, frame_end) = match result {
             Ok((Ok(value), frame_end)) => {
                 telemetry::attempt_ended(self.policy, &attempt_began, end, AttemptEnd::Success);
@@ -636,9 +637,9 @@ impl<C> Call<C> {
 #[inline]
 #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
 fn finish_in(span: &CallSpan, admission: Admission<'_>, outcome: Outcome, end: Option<Instant>) {
-    // Without a clock read there is nothing to record (no breaker,
-    // throttle or budget): the admission only gives back its permits.
-    if end.is_none() {
+    // Without a breaker, throttle or budget there is nothing to record:
+    // the admission only gives back its permits.
+    if !admission.records() {
         return;
     }
     #[cfg(feature = "tracing")]

@@ -12,6 +12,7 @@ use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 
 use crate::__private::ReturnsResult;
+use crate::deps::Admission;
 use crate::frame::{Frame, FrameEnd, InFrame};
 use crate::telemetry::CallSpan;
 
@@ -20,29 +21,41 @@ pin_project! {
     /// deadline set to `deadline`, and cancelled when that passes; inside
     /// the call's span, so that what the body logs is the call's. The
     /// timer is set only once the body has had to wait: a body that is
-    /// ready at once never touches tokio's timer.
-    pub(crate) struct Bounded<'s, F> {
+    /// ready at once never touches tokio's timer. The attempt's admission
+    /// is told when the body first waits (a breaker then times it on
+    /// tokio's clock: `crate::clock`).
+    pub(crate) struct Bounded<'s, 'd, F> {
         span: &'s CallSpan,
+        admission: &'s mut Admission<'d>,
         #[pin]
         fut: InFrame<F>,
         deadline: Option<Instant>,
+        waited: bool,
         #[pin]
         sleep: Option<Sleep>,
     }
 }
 
-impl<'s, F: Future> Bounded<'s, F> {
-    pub(crate) fn new(deadline: Option<Instant>, frame: Frame, span: &'s CallSpan, fut: F) -> Self {
+impl<'s, 'd, F: Future> Bounded<'s, 'd, F> {
+    pub(crate) fn new(
+        deadline: Option<Instant>,
+        frame: Frame,
+        span: &'s CallSpan,
+        admission: &'s mut Admission<'d>,
+        fut: F,
+    ) -> Self {
         Bounded {
             span,
+            admission,
             fut: InFrame::new(frame, fut),
             deadline,
+            waited: false,
             sleep: None,
         }
     }
 }
 
-impl<F: Future> Future for Bounded<'_, F> {
+impl<F: Future> Future for Bounded<'_, '_, F> {
     /// The body's output, or `Err` when the deadline passed first; with
     /// what the attempt's frame collected either way.
     type Output = Result<(F::Output, FrameEnd), FrameEnd>;
@@ -54,6 +67,10 @@ impl<F: Future> Future for Bounded<'_, F> {
         let _in_span = this.span.enter();
         if let Poll::Ready(v) = this.fut.as_mut().poll(cx) {
             return Poll::Ready(Ok(v));
+        }
+        if !*this.waited {
+            *this.waited = true;
+            this.admission.waited();
         }
         let Some(deadline) = *this.deadline else {
             return Poll::Pending;

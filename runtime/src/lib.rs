@@ -5,6 +5,7 @@
 
 mod backoff;
 mod classify;
+mod clock;
 mod config;
 mod context;
 mod deps;

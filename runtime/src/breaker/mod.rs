@@ -101,6 +101,10 @@ pub struct Breaker {
     /// When the breaker was made, as [`crate::time::ticks`]: its windows
     /// count from there, as they would from its own clock.
     origin: u64,
+    /// The coarse clock's tick, when it times this breaker's calls inside
+    /// annotated functions (see `crate::clock`): a count-based window and
+    /// a threshold of at least `RESOLUTIONS` ticks.
+    coarse_tick: Option<Duration>,
     not_permitted: AtomicU64,
     events: Arc<EventHub>,
 }
@@ -143,8 +147,13 @@ impl Breaker {
             },
             retry_after_opens: config.honor_retry_after && config.open_on_retry_after,
         };
+        let coarse_tick = crate::clock::resolution().filter(|&tick| {
+            matches!(config.sliding_window, SlidingWindow::CountBased { .. })
+                && config.slow_call_duration_threshold >= tick * crate::clock::RESOLUTIONS
+        });
         Breaker {
             origin: crate::time::ticks(Instant::now()),
+            coarse_tick,
             core: Core::new(settings, config.initial_state.phase()),
             name,
             config,
@@ -169,13 +178,6 @@ impl Breaker {
         &self.config
     }
 
-    /// After this instant, a call started at `start` is slow (never, past
-    /// the end of the clock).
-    #[inline]
-    fn slow_after(&self, start: Instant) -> Option<Instant> {
-        start.checked_add(self.config.slow_call_duration_threshold)
-    }
-
     #[inline]
     fn since_origin(&self, now: Instant) -> u64 {
         crate::time::ticks(now).saturating_sub(self.origin)
@@ -186,22 +188,52 @@ impl Breaker {
     ///
     /// [`ErrorKind::BreakerOpen`]: crate::ErrorKind::BreakerOpen
     pub fn try_acquire(&self) -> Result<BreakerPermit<'_>, crate::Error> {
-        self.try_acquire_at(Instant::now())
+        // Timed on tokio's clock: the engine cannot tell whether a call made
+        // under a permit taken by hand ever waits.
+        let now = Instant::now();
+        match self.core.try_acquire_untimed() {
+            Some(admission) => Ok(self.permit(admission, Timing::exact(self, now))),
+            None => self.try_acquire_timed(now),
+        }
     }
 
+    /// Does this breaker time the calls of annotated functions on tokio's
+    /// clock? (Otherwise on the coarse clock, while their bodies do not
+    /// wait: see `crate::clock`.)
     #[inline]
-    pub(crate) fn try_acquire_at(&self, now: Instant) -> Result<BreakerPermit<'_>, crate::Error> {
+    pub(crate) fn needs_clock(&self) -> bool {
+        self.coarse_tick.is_none()
+    }
+
+    /// Admits one attempt of an annotated function. `now` is tokio's time,
+    /// when the caller read it; a closed breaker needs it only if it does
+    /// not time calls on the coarse clock ([`needs_clock`](Self::needs_clock)).
+    /// The engine tells the permit if the body waits ([`BreakerPermit::waited`]).
+    #[inline]
+    pub(crate) fn try_acquire_in_call(
+        &self,
+        now: Option<Instant>,
+    ) -> Result<BreakerPermit<'_>, crate::Error> {
         // A closed breaker admits without the time: only its permit's start
         // is kept, for the slow-call check.
         if let Some(admission) = self.core.try_acquire_untimed() {
-            return Ok(BreakerPermit {
-                breaker: self,
-                admission,
-                slow_after: self.slow_after(now),
-                done: false,
-            });
+            let timing = match self.coarse_tick {
+                Some(_) => Timing::Coarse(crate::clock::now()),
+                None => Timing::exact(self, now.unwrap_or_else(Instant::now)),
+            };
+            return Ok(self.permit(admission, timing));
         }
-        self.try_acquire_timed(now)
+        self.try_acquire_timed(now.unwrap_or_else(Instant::now))
+    }
+
+    #[inline]
+    fn permit(&self, admission: Admission, timing: Timing) -> BreakerPermit<'_> {
+        BreakerPermit {
+            breaker: self,
+            admission,
+            timing,
+            done: false,
+        }
     }
 
     #[cold]
@@ -214,12 +246,7 @@ impl Breaker {
                 // The permit owns the probe slot before anything else runs:
                 // whatever happens while the transition is announced, dropping
                 // the permit hands the slot back.
-                let permit = BreakerPermit {
-                    breaker: self,
-                    admission,
-                    slow_after: self.slow_after(now),
-                    done: false,
-                };
+                let permit = self.permit(admission, Timing::exact(self, now));
                 if let Some(t) = transition {
                     self.announce(t, false);
                 }
@@ -409,9 +436,8 @@ impl Breaker {
 pub struct BreakerPermit<'a> {
     breaker: &'a Breaker,
     admission: Admission,
-    /// After this instant the call is slow: its start plus the threshold
-    /// (added once here, which costs less than a subtraction at the end).
-    slow_after: Option<Instant>,
+    /// How the call is timed, for the slow-call check.
+    timing: Timing,
     done: bool,
 }
 
@@ -430,17 +456,48 @@ impl BreakerPermit<'_> {
     /// whether it was slow.
     pub fn record(self, result: Option<crate::Classification>) {
         let outcome = result.map_or(Outcome::Success, Outcome::of_failure);
-        self.record_at(outcome, Instant::now());
+        self.record_at(outcome, Some(Instant::now()));
     }
 
-    /// Starts the call's clock again, at `now`: the permit was taken before
-    /// a wait (for a bulkhead slot) that is not the dependency's time.
-    pub(crate) fn restart_at(&mut self, now: Instant) {
-        self.slow_after = self.breaker.slow_after(now);
+    /// Starts the call's clock again, now: the permit was taken before a
+    /// wait (for a bulkhead slot) that is not the dependency's time. `now`:
+    /// tokio's time, if the caller read it.
+    pub(crate) fn restart(&mut self, now: Option<Instant>) {
+        self.timing = match self.timing {
+            Timing::Coarse(_) => Timing::Coarse(crate::clock::now()),
+            Timing::Exact(_) | Timing::Slow => {
+                Timing::exact(self.breaker, now.unwrap_or_else(Instant::now))
+            }
+        };
     }
 
+    /// The body has had to wait, for the first time in this attempt: from
+    /// now on the call is timed on tokio's clock, which a test may pause,
+    /// after what its first poll took on the coarse clock (counted only
+    /// past a tick: on a paused clock, a poll takes no time).
+    pub(crate) fn waited(&mut self) {
+        let Timing::Coarse(start) = self.timing else {
+            return;
+        };
+        let tick = self.breaker.coarse_tick.unwrap_or_default();
+        let polled = crate::clock::now().since(start);
+        let polled = if polled > tick {
+            polled
+        } else {
+            Duration::ZERO
+        };
+        let threshold = self.breaker.config.slow_call_duration_threshold;
+        self.timing = match threshold.checked_sub(polled) {
+            Some(left) => Timing::Exact(Instant::now().checked_add(left)),
+            // The first poll alone took longer than the threshold.
+            None => Timing::Slow,
+        };
+    }
+
+    /// Records the attempt's outcome at its end: `now`, tokio's time, if
+    /// the caller read it (else read here if the record needs it).
     #[inline]
-    pub(crate) fn record_at(mut self, outcome: Outcome, now: Instant) {
+    pub(crate) fn record_at(mut self, outcome: Outcome, now: Option<Instant>) {
         self.done = true;
         let breaker = self.breaker;
         let config = &breaker.config;
@@ -451,7 +508,18 @@ impl BreakerPermit<'_> {
             at: now,
             ns: None,
         };
-        let slow = || self.slow_after.is_some_and(|after| now > after);
+        let slow = || match self.timing {
+            Timing::Exact(after) => {
+                after.is_some_and(|after| now.unwrap_or_else(Instant::now) > after)
+            }
+            // Slow only past a tick beyond the threshold: a coarse reading
+            // never makes slow a call that was not.
+            Timing::Coarse(start) => {
+                let tick = breaker.coarse_tick.unwrap_or_default();
+                crate::clock::now().since(start) > config.slow_call_duration_threshold + tick
+            }
+            Timing::Slow => true,
+        };
         let sample = match outcome {
             Outcome::Ignored => Sample::Ignored,
             Outcome::Success => Sample::Call {
@@ -485,18 +553,40 @@ impl BreakerPermit<'_> {
     }
 }
 
-/// The end of a call, converted to the core's nanoseconds on first ask.
+/// How a call is timed for the slow-call check.
+#[derive(Debug, Clone, Copy)]
+enum Timing {
+    /// On tokio's clock: slow after this instant (never, past the end of
+    /// the clock). The threshold is added once, at the start, which costs
+    /// less than a subtraction at the end.
+    Exact(Option<Instant>),
+    /// On the coarse clock, from this reading: the call's body has not
+    /// waited (see `crate::clock`).
+    Coarse(crate::clock::Coarse),
+    /// Already slow: its first poll alone took longer than the threshold.
+    Slow,
+}
+
+impl Timing {
+    fn exact(breaker: &Breaker, start: Instant) -> Timing {
+        Timing::Exact(start.checked_add(breaker.config.slow_call_duration_threshold))
+    }
+}
+
+/// The end of a call, converted to the core's nanoseconds on first ask
+/// (and read then, if the caller did not).
 struct Ticks<'a> {
     breaker: &'a Breaker,
-    at: Instant,
+    at: Option<Instant>,
     ns: Option<u64>,
 }
 
 impl Now for Ticks<'_> {
     fn ns(&mut self) -> u64 {
-        *self
-            .ns
-            .get_or_insert_with(|| self.breaker.since_origin(self.at))
+        *self.ns.get_or_insert_with(|| {
+            self.breaker
+                .since_origin(self.at.unwrap_or_else(Instant::now))
+        })
     }
 }
 

@@ -512,7 +512,7 @@ impl RetryBudget {
     /// failure and gains `token_ratio` per success; an ignored (permanent)
     /// outcome changes nothing, as in gRPC, where only retryable failures
     /// drain the bucket. A ratio budget ignores outcomes.
-    pub(crate) fn on_outcome(&self, outcome: Outcome, _now: Instant) {
+    pub(crate) fn on_outcome(&self, outcome: Outcome) {
         if let Policy::Tokens(tokens) = &self.policy {
             match outcome {
                 Outcome::Success => tokens.on_success(),
@@ -524,13 +524,15 @@ impl RetryBudget {
 
     /// Records a successful attempt (see [`on_request`](Self::on_request)).
     pub fn on_success(&self, now: Instant) {
-        self.on_outcome(Outcome::Success, now);
+        let _ = now; // outcomes are counted whenever they come
+        self.on_outcome(Outcome::Success);
     }
 
     /// Records an attempt that failed in a way worth retrying: transient,
     /// throttled, or timed out. Permanent failures are not recorded.
     pub fn on_failure(&self, now: Instant) {
-        self.on_outcome(Outcome::Failure { retry_after: None }, now);
+        let _ = now;
+        self.on_outcome(Outcome::Failure { retry_after: None });
     }
 
     /// Asks for one retry: `true` when the budget allows it, in which case

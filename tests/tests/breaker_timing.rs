@@ -1,0 +1,131 @@
+//! How a breaker times the calls of annotated functions for its slow-call
+//! check. With a count-based window and a threshold of at least 100 ticks
+//! of the system's coarse clock (4 ms ticks on most Linux kernels), a body
+//! ready at its first poll is timed on the coarse clock, and a body that
+//! waits on tokio's clock from its first wait (`runtime/src/clock.rs`).
+//! Whichever clock times it, a call is slow exactly when it took longer than
+//! the threshold: on a paused clock by the paused clock, on a real one by
+//! real time, also when the body blocks its thread before or instead of
+//! waiting. Thresholds are 500 ms here: coarse-timed on a kernel with ticks
+//! of up to 5 ms, precisely timed elsewhere, and the same answers either way.
+
+use std::time::Duration;
+
+use resilient::{
+    BreakerConfig, Classification, Classify, Registry, SlidingWindow, State, resilient,
+};
+
+#[derive(Debug)]
+struct E;
+
+impl From<resilient::Error> for E {
+    fn from(_: resilient::Error) -> Self {
+        E
+    }
+}
+
+impl Classify for E {
+    fn classify(&self) -> Classification {
+        Classification::Transient
+    }
+}
+
+const THRESHOLD: Duration = Duration::from_millis(500);
+
+/// A breaker that opens when half of its last four calls were slow.
+fn registry() -> Registry {
+    Registry::builder()
+        .breaker(
+            "timed",
+            BreakerConfig::default()
+                .sliding_window(SlidingWindow::CountBased { size: 4 })
+                .minimum_number_of_calls(4)
+                .slow_call_rate_threshold(50.0)
+                .slow_call_duration_threshold(THRESHOLD),
+        )
+        .build()
+        .unwrap()
+}
+
+/// Blocks its thread for `block` (no `.await`: the body is ready at its
+/// first poll unless `sleep` is not zero), then sleeps `sleep` on tokio's
+/// clock.
+#[resilient(breaker = "timed")]
+async fn call(block: Duration, sleep: Duration) -> Result<(), E> {
+    if !block.is_zero() {
+        std::thread::sleep(block);
+    }
+    if !sleep.is_zero() {
+        tokio::time::sleep(sleep).await;
+    }
+    Ok(())
+}
+
+fn slow_calls(registry: &Registry) -> u32 {
+    registry.breaker("timed").unwrap().snapshot().slow_calls
+}
+
+#[tokio::test(start_paused = true)]
+async fn on_a_paused_clock_a_call_is_as_slow_as_the_clock_says() {
+    let registry = registry();
+    registry
+        .scope(async {
+            // Ready at once: no time passes on a paused clock.
+            call(Duration::ZERO, Duration::ZERO).await.unwrap();
+            // Waits exactly the threshold: not slow.
+            call(Duration::ZERO, THRESHOLD).await.unwrap();
+            assert_eq!(slow_calls(&registry), 0);
+            // Waits longer than the threshold on the paused clock, which
+            // real time does not see at all: slow.
+            call(Duration::ZERO, THRESHOLD + Duration::from_millis(1))
+                .await
+                .unwrap();
+            assert_eq!(slow_calls(&registry), 1);
+            call(Duration::ZERO, Duration::from_secs(3600))
+                .await
+                .unwrap();
+            assert_eq!(slow_calls(&registry), 2);
+            assert_eq!(
+                registry.breaker("timed").unwrap().state(),
+                State::Open,
+                "2 slow calls of 4"
+            );
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn a_body_that_blocks_its_thread_past_the_threshold_is_slow() {
+    let registry = registry();
+    registry
+        .scope(async {
+            call(Duration::ZERO, Duration::ZERO).await.unwrap();
+            assert_eq!(slow_calls(&registry), 0, "a call ready at once");
+            // Never waits: timed on the coarse clock where there is one.
+            call(THRESHOLD + Duration::from_millis(150), Duration::ZERO)
+                .await
+                .unwrap();
+            assert_eq!(slow_calls(&registry), 1);
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn a_body_that_blocks_then_waits_is_timed_from_its_first_poll() {
+    let registry = registry();
+    registry
+        .scope(async {
+            // 100 ms blocked, then 100 ms waiting: well under the threshold.
+            call(Duration::from_millis(100), Duration::from_millis(100))
+                .await
+                .unwrap();
+            assert_eq!(slow_calls(&registry), 0);
+            // 400 ms blocked before its first wait, then 250 ms waiting:
+            // slow only if the blocked time is counted too.
+            call(Duration::from_millis(400), Duration::from_millis(250))
+                .await
+                .unwrap();
+            assert_eq!(slow_calls(&registry), 1);
+        })
+        .await;
+}
