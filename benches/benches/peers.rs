@@ -45,14 +45,25 @@
 //!   (a fresh future) after a full-jitter backoff, while the layer's
 //!   retries and the path's cap allow.
 //! * `floor_breaker`: a static breaker with a count window of 100 outcomes;
-//!   admission is one load of the state word; a clock read at the start and
-//!   at the end (a call over 60 s is slow); recording is a `fetch_add` on
-//!   the slot counter and a load of the slot, written only if the outcome
-//!   changed, with the totals and the trip check then.
+//!   admission is one load of the state word; the call timed as the library
+//!   times it (a call over 60 s is slow): a read of the coarse clock at the
+//!   start and at the end while the body has not waited, tokio's clock from
+//!   its first wait; recording is a `fetch_add` on the slot counter and a
+//!   load of the slot, written only if the outcome changed, with the totals
+//!   and the trip check then.
 //! * `floor_full`: retries, deadline, a per-attempt timeout, the breaker, a
 //!   bulkhead slot (compare-and-swap, given back on drop) and the retry
 //!   budget's request count (per-second buckets tagged with their second);
-//!   one clock read at the start of each attempt, one at its end.
+//!   one read of tokio's clock at the start of each attempt, and the
+//!   breaker's coarse reads.
+//!
+//! Variants: `floor_retries_traced` and `floor_deadline_traced` run the
+//! sketch inside the `tracing` span the library opens per call with its
+//! default features (disabled, as no subscriber is installed): the cost of
+//! that telemetry at the least. `floor_breaker_unclocked` and
+//! `floor_full_unclocked` are lower bounds, not sketches: the same code
+//! without timing calls at all, which any design of the slow-call check
+//! can only add to.
 //!
 //! The ratio tables give each sketch's ratio to the same peer next to the
 //! library's. What stands between a sketch and the library, on the success
@@ -73,9 +84,9 @@
 //!   give-ups) and the retry budget nearest the dependency, which a nested
 //!   layer reports so that an enclosing layer asks it before retrying (kept
 //!   in a second thread-local, touched only by frames that hold one);
-//! * time in integer nanoseconds for the breaker's and the budget's atomics
-//!   (a thread-local cache of the conversion), where the breaker sketch
-//!   compares `Instant`s and converts only to open;
+//! * time in integer nanoseconds for the budget's atomics (a thread-local
+//!   cache of the conversion), which the breaker also converts to only
+//!   when a record needs it (a time-based window, a trip, a probe);
 //! * a budget window with exact running totals (two read-modify-writes per
 //!   request), where the sketch has one tagged bucket per second (one).
 //!

@@ -22,12 +22,20 @@
 //! Then each adds its parts: a deadline whose timer is made only when the
 //! body has to wait; retries with a full-jitter backoff and a fresh body
 //! future per attempt; a breaker with a count-based window of 100 outcomes
-//! and a slow-call check, shared through a static; a bulkhead; a retry
-//! budget's request count. The parameters are the benchmarked attributes'
-//! and the library's defaults.
+//! and a slow-call check timed as the library times it (on the coarse
+//! clock while the body has not waited), shared through a static; a
+//! bulkhead; a retry budget's request count. The parameters are the
+//! benchmarked attributes' and the library's defaults.
 //!
 //! No telemetry: no `tracing` span or event and no metrics (the README has
-//! a table of what the library's telemetry costs).
+//! a table of what the library's telemetry costs), except in `traced`,
+//! which puts a sketch in the library's span.
+//!
+//! Lower bounds: `breaker_unclocked` and `full_unclocked` are the breaker
+//! and full sketches without timing their calls at all. They are not the
+//! semantics (no call is ever slow), but every design of the slow-call
+//! check costs at least as much as they do: a target under their ratio is
+//! under what any design allows.
 //!
 //! What the library does beyond these sketches is listed at the end of the
 //! peer benchmark's module docs (`peers.rs`).
@@ -384,29 +392,118 @@ static CIRCUIT: Circuit = Circuit {
     }),
 };
 
-/// Admission to one call, with the instant after which it is slow (none
-/// for a sketch that does not time its calls).
+/// How a call is timed for the slow-call check, as the library times the
+/// calls of annotated functions (its `runtime/src/clock.rs`): on the coarse
+/// clock while the body has not waited, on tokio's from its first wait.
+#[derive(Clone, Copy)]
+enum Timing {
+    /// From this coarse reading.
+    Coarse(Duration),
+    /// Slow after this instant on tokio's clock.
+    Exact(Instant),
+    /// The first poll alone took longer than the threshold.
+    Slow,
+}
+
+/// The coarse clock's tick (`SLOW_CALL`, 60 s, spans far more than the
+/// library's minimum of 100 ticks).
+fn tick() -> Duration {
+    static TICK: OnceLock<Duration> = OnceLock::new();
+    *TICK.get_or_init(coarse::tick)
+}
+
+#[cfg(target_os = "linux")]
+mod coarse {
+    use std::time::Duration;
+
+    use rustix::time::{ClockId, Timespec, clock_getres, clock_gettime};
+
+    fn duration(t: Timespec) -> Duration {
+        Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+    }
+
+    pub(super) fn tick() -> Duration {
+        duration(clock_getres(ClockId::MonotonicCoarse))
+    }
+
+    #[inline]
+    pub(super) fn now() -> Duration {
+        duration(clock_gettime(ClockId::MonotonicCoarse))
+    }
+}
+
+// Elsewhere, a precise clock stands in for the coarse one.
+#[cfg(not(target_os = "linux"))]
+mod coarse {
+    use std::sync::OnceLock;
+    use std::time::{Duration, Instant};
+
+    pub(super) fn tick() -> Duration {
+        Duration::ZERO
+    }
+
+    pub(super) fn now() -> Duration {
+        static ORIGIN: OnceLock<Instant> = OnceLock::new();
+        ORIGIN.get_or_init(Instant::now).elapsed()
+    }
+}
+
+impl Timing {
+    /// A call starts.
+    fn start() -> Timing {
+        Timing::Coarse(coarse::now())
+    }
+
+    /// The body has had to wait: tokio's clock from now on, after what its
+    /// first poll took on the coarse one if over a tick.
+    fn waited(&mut self) {
+        if let Timing::Coarse(start) = *self {
+            let polled = coarse::now().saturating_sub(start);
+            let polled = if polled > tick() {
+                polled
+            } else {
+                Duration::ZERO
+            };
+            *self = match SLOW_CALL.checked_sub(polled) {
+                Some(left) => Timing::Exact(Instant::now() + left),
+                None => Timing::Slow,
+            };
+        }
+    }
+
+    /// Was the call slow, ending now? A coarse duration counts only past a
+    /// tick beyond the threshold.
+    fn slow(self) -> bool {
+        match self {
+            Timing::Coarse(start) => coarse::now().saturating_sub(start) > SLOW_CALL + tick(),
+            Timing::Exact(after) => Instant::now() > after,
+            Timing::Slow => true,
+        }
+    }
+}
+
+/// Admission to one call, with how it is timed (not at all in a sketch
+/// that is a lower bound).
 struct Permit {
     circuit: &'static Circuit,
     word: u64,
-    slow_after: Option<Instant>,
+    timing: Option<Timing>,
 }
 
 impl Circuit {
-    /// Admits a call at `now`: a closed breaker at one load. `now` is
-    /// `None` for a sketch that does not time its calls, which reads the
-    /// clock only for an open breaker.
+    /// Admits a call: a closed breaker at one load; the clock is read only
+    /// for an open one.
     #[inline]
-    fn try_acquire(&'static self, now: Option<Instant>) -> Result<Permit, Refusal> {
+    fn try_acquire(&'static self, timing: Option<Timing>) -> Result<Permit, Refusal> {
         let word = self.head.state.load(Ordering::Acquire);
         let permit = |word| Permit {
             circuit: self,
             word,
-            slow_after: now.map(|now| now + SLOW_CALL),
+            timing,
         };
         match word & PHASE {
             CLOSED => Ok(permit(word)),
-            OPEN if nanos(since_origin(now.unwrap_or_else(Instant::now)))
+            OPEN if nanos(since_origin(Instant::now()))
                 >= self.head.open_until.load(Ordering::Acquire) =>
             {
                 // The wait is over: the caller that moves the breaker to
@@ -523,16 +620,23 @@ impl Circuit {
 
 impl Permit {
     /// Records the call's outcome: `Some(failed)`, or `None` for an error
-    /// that counts as neither failure nor success.
-    /// `end` is `None` for a sketch that does not time its calls.
+    /// that counts as neither failure nor success. `end`: tokio's time, if
+    /// the caller read it (the breaker reads it itself to open).
     #[inline]
     fn record(mut self, failed: Option<bool>, end: Option<Instant>) {
         let Some(failed) = failed else {
             return; // dropped: a probe is given back
         };
         let word = std::mem::take(&mut self.word); // closed: disarms `drop`
-        let slow = matches!((end, self.slow_after), (Some(end), Some(after)) if end > after);
+        let slow = self.timing.is_some_and(Timing::slow);
         self.circuit.record(word, failed, slow, end);
+    }
+
+    /// The body has had to wait.
+    fn waited(&mut self) {
+        if let Some(timing) = &mut self.timing {
+            timing.waited();
+        }
     }
 }
 
@@ -908,8 +1012,9 @@ impl<F: Future> Future for Traced<F> {
     }
 }
 
-/// Whether a sketch reads the clock for the breaker's slow-call check:
-/// [`Clocked`] for the sketches, [`Unclocked`] for their lower bounds.
+/// Whether a sketch times its calls for the breaker's slow-call check (on
+/// the coarse clock, as the library does: [`Timing`]): [`Clocked`] for the
+/// sketches, [`Unclocked`] for their lower bounds.
 pub(crate) trait Clocking {
     const CLOCKED: bool;
 }
@@ -954,9 +1059,9 @@ where
     }
 }
 
-/// The breaker sketch without its two clock reads: what any design of the
-/// slow-call check (a coarse clock, say) costs at least, since it can only
-/// add to this. Not the semantics: no call is ever slow.
+/// The breaker sketch without its two coarse clock reads: what any design
+/// of the slow-call check costs at least, since it can only add to this.
+/// Not the semantics: no call is ever slow.
 pub(crate) fn breaker_unclocked<M, F>(make: M) -> BreakerCall<M, F, Unclocked>
 where
     M: FnOnce() -> F,
@@ -985,16 +1090,11 @@ where
                 Ok(path) => path,
                 Err(refusal) => return Poll::Ready(Err(refusal.into())),
             };
-            // The start of the call, for the slow-call check: on tokio's
-            // clock, which tests may pause.
-            let now = K::CLOCKED.then(Instant::now);
-            if path
-                .deadline
-                .is_some_and(|d| now.unwrap_or_else(Instant::now) >= d)
-            {
+            if path.deadline.is_some_and(|d| Instant::now() >= d) {
                 return Poll::Ready(Err(Refusal::DeadlineExceeded.into()));
             }
-            match CIRCUIT.try_acquire(now) {
+            // The start of the call, for the slow-call check.
+            match CIRCUIT.try_acquire(K::CLOCKED.then(Timing::start)) {
                 Ok(permit) => *this.permit = Some(permit),
                 Err(refusal) => {
                     give_up();
@@ -1005,10 +1105,14 @@ where
             this.attempt.as_mut().start(frame, make());
         }
         // No timer of its own, as for `RetryCall`.
-        let out = ready!(this.attempt.as_mut().poll_body(cx));
-        let end = K::CLOCKED.then(Instant::now);
+        let Poll::Ready(out) = this.attempt.as_mut().poll_body(cx) else {
+            if let Some(permit) = this.permit.as_mut() {
+                permit.waited();
+            }
+            return Poll::Pending;
+        };
         if let Some(permit) = this.permit.take() {
-            permit.record(verdict(Some(&out)), end);
+            permit.record(verdict(Some(&out)), None);
         }
         let frame = &this.attempt.frame;
         reach(frame.high);
@@ -1025,12 +1129,12 @@ where
 pin_project! {
     /// `#[resilient(retries = 3, idempotent, breaker = "bench",
     /// deadline_ms = 1000, timeout_ms = 500, bulkhead = "bench")]`, with
-    /// the breaker's retry budget. One clock read at the start serves the
-    /// deadline, the first attempt's timeout, the breaker and the budget;
-    /// one at the end of each attempt serves the breaker's slow-call check
-    /// (and, after a failure, the retry decision). With `Unclocked`, a
-    /// lower bound rather than a sketch: no read at the end of an attempt
-    /// that succeeds, so no call is ever slow (see `full_unclocked`).
+    /// the breaker's retry budget. One read of tokio's clock at the start
+    /// of each attempt serves the deadline, the attempt's timeout and the
+    /// budget; two of the coarse clock time the attempt for the breaker;
+    /// tokio's is read again only after a failure, for the retry decision.
+    /// With `Unclocked`, a lower bound rather than a sketch: no coarse
+    /// reads, so no call is ever slow (see `full_unclocked`).
     pub(crate) struct FullCall<M, F, K> {
         make: M,
         // The call's deadline: the earlier of the inherited one and one
@@ -1072,10 +1176,10 @@ where
     }
 }
 
-/// The full sketch without the clock read at the end of an attempt that
-/// succeeds, which only the breaker's slow-call check needs (the start's
-/// read stays: the deadline is counted from it): what any design of that
-/// check costs at least. Not the semantics: no call is ever slow.
+/// The full sketch without the coarse reads that time an attempt for the
+/// breaker's slow-call check (tokio's clock is still read at the start:
+/// the deadline is counted from it): what any design of that check costs
+/// at least. Not the semantics: no call is ever slow.
 pub(crate) fn full_unclocked<M, F>(make: M) -> FullCall<M, F, Unclocked>
 where
     M: FnMut() -> F,
@@ -1142,7 +1246,7 @@ where
                 // The breaker first (an open one costs nothing more), the
                 // bulkhead last (a slot only for an attempt that runs).
                 let admitted = CIRCUIT
-                    .try_acquire(K::CLOCKED.then_some(now))
+                    .try_acquire(K::CLOCKED.then(Timing::start))
                     .and_then(|permit| Ok((permit, BULKHEAD.try_acquire()?)));
                 match admitted {
                     Ok(held) => *this.held = Some(held),
@@ -1159,14 +1263,16 @@ where
                 let frame = Frame::attempt(&path, base, *this.number > 1, timer);
                 this.attempt.as_mut().start(frame, (this.make)());
             }
-            let out = ready!(this.attempt.as_mut().poll_timed(this.sleep.as_mut(), cx));
-            let success = matches!(out, Some(Ok(_)));
-            let end = (K::CLOCKED || !success).then(Instant::now);
+            let Poll::Ready(out) = this.attempt.as_mut().poll_timed(this.sleep.as_mut(), cx) else {
+                if let Some((permit, _)) = this.held.as_mut() {
+                    permit.waited();
+                }
+                return Poll::Pending;
+            };
             if let Some((permit, slot)) = this.held.take() {
-                permit.record(verdict(out.as_ref()), end);
+                permit.record(verdict(out.as_ref()), None);
                 drop(slot);
             }
-            let end = end.unwrap_or_else(Instant::now);
             let frame = &this.attempt.frame;
             reach(frame.high);
             let error = match out {
@@ -1187,6 +1293,8 @@ where
                 give_up();
                 return Poll::Ready(Err(error));
             }
+            // Only a failure reads the time at its end: for the retry.
+            let end = Instant::now();
             let delay = full_jitter(*this.number - 1);
             let too_late = this
                 .deadline
