@@ -742,7 +742,7 @@ where
 }
 
 /// [`once_described`] for a function that names no breaker, budget or
-/// bulkhead: its first attempt runs on the lean path ([`lean`]).
+/// bulkhead: its first attempt runs on the lean path (the `lean` module).
 pub fn once_lean<R, C, V, M, Fut>(
     policy: &'static Policy,
     classify: C,
@@ -888,7 +888,7 @@ where
 }
 
 /// [`retry_described`] for a function that names no breaker, budget or
-/// bulkhead: its first attempt runs on the lean path ([`lean`]).
+/// bulkhead: its first attempt runs on the lean path (the `lean` module).
 pub fn retry_lean<R, C, V, F, Fut>(
     policy: &'static Policy,
     classify: C,

@@ -133,7 +133,7 @@ fn in_flight_now() -> usize {
 /// in flight until it ends, and every annotated call inside it (the second
 /// step of a request, the reconciliation after a failed charge) is admitted
 /// while draining, as part of work the drain waits for.
-/// [`ResilienceLayer`](crate::tower::ResilienceLayer) runs each request so.
+/// `tower::ResilienceLayer` (feature `tower`) runs each request so.
 ///
 /// Without [`GracefulShutdown::install`] it only runs `fut`.
 ///
