@@ -46,9 +46,9 @@
 //!   retries and the path's cap allow.
 //! * `floor_breaker`: a static breaker with a count window of 100 outcomes;
 //!   admission is one load of the state word; the call timed as the library
-//!   times it (a call over 60 s is slow): a read of the coarse clock at the
-//!   start and at the end while the body has not waited, tokio's clock from
-//!   its first wait; recording is a `fetch_add` on the slot counter and a
+//!   times it (a call over 60 s is slow): it starts on tokio's clock (and
+//!   the coarse one), and ends on the coarse clock if the body never waited,
+//!   else on tokio's; recording is a `fetch_add` on the slot counter and a
 //!   load of the slot, written only if the outcome changed, with the totals
 //!   and the trip check then.
 //! * `floor_full`: retries, deadline, a per-attempt timeout, the breaker, a

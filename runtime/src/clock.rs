@@ -1,29 +1,32 @@
-//! The coarse clock that times a breaker's calls on the success path.
+//! The coarse clock that ends a breaker's timing of a call on the success
+//! path.
 //!
 //! A slow-call breaker must know how long each call took. Read precisely,
 //! that is two clock reads per call, each costing as much as the rest of
 //! the breaker's work (19 ns each on the benchmark machine; `benches/`).
 //! Linux keeps a coarse monotonic clock, updated at each scheduler tick
-//! (every 1 to 4 ms), that reads in about 3 ns from the vDSO. A breaker
-//! times a call with it when that is as good as exact:
+//! (every 1 to 4 ms), that reads in about 4 ns from the vDSO. Every call of
+//! an annotated function starts on tokio's clock, the one a test pauses and
+//! advances. Its end is read on the coarse clock instead when that gives the
+//! same answer:
 //!
-//! * **Its threshold is at least [`RESOLUTIONS`] ticks.** The error of a
-//!   coarse duration is under one tick, so under 1 % of the threshold: a
-//!   call is counted slow when its coarse duration exceeds the threshold
-//!   by more than a tick, so a coarse reading never makes a call slow that
-//!   was not, and at most misses one within 1 % of the threshold. (The
-//!   default threshold, 60 s, is 15,000 ticks of 4 ms.)
-//! * **The body was ready at its first poll.** A body that waits (an
-//!   `.await` that returns `Pending`) is timed on tokio's clock from that
-//!   first wait, plus the coarse time of its first poll: tokio's clock is
-//!   the one a test pauses and advances, so a call that sleeps on a paused
-//!   clock is as slow as the clock says. A body ready at once took no time
-//!   on a paused clock (paused time moves only while the runtime waits),
-//!   and its coarse duration, a few microseconds, is under a tick.
+//! * **The breaker's threshold is at least [`RESOLUTIONS`] ticks.** The
+//!   error of a coarse duration is under one tick, so under 1 % of the
+//!   threshold; a call counts as slow when its coarse duration exceeds the
+//!   threshold by more than a tick, so a coarse reading never makes slow a
+//!   call that was not, and at most misses one within 1 % of the
+//!   threshold. (The default threshold, 60 s, is 15,000 ticks of 4 ms.)
+//! * **The body was ready at its first poll.** A body that has waited (an
+//!   `.await` that returned `Pending`) ends on tokio's clock, so a call
+//!   that sleeps on a paused clock, or advances it, is as slow as the clock
+//!   says. A body ready at once took no time on a paused clock (paused time
+//!   moves only while the runtime waits, and `advance` itself waits), and
+//!   its coarse duration is its real one: a body that blocks its thread
+//!   for longer than the threshold is slow, on any clock.
 //!
 //! Elsewhere (other systems, thresholds under 100 ticks, time-based
 //! windows, which need the time of each outcome anyway) breakers read
-//! tokio's clock at both ends, as before.
+//! tokio's clock at both ends.
 
 use std::sync::OnceLock;
 use std::time::Duration;

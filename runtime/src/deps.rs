@@ -180,23 +180,25 @@ impl Deps {
         ))
     }
 
-    /// Do these parts need tokio's time when an attempt starts? Throttles
-    /// count in time windows; a budget counts requests in one, but only
-    /// those of a call that may retry (`may_retry`: some layer on its path
-    /// retries); a breaker times calls on tokio's clock unless it uses the
-    /// coarse one (`crate::clock`).
+    /// Do these parts need tokio's time when an attempt starts? Breakers
+    /// time calls from there; throttles count in time windows; a budget
+    /// counts requests in one, but only those of a call that may retry
+    /// (`may_retry`: some layer on its path retries).
     #[inline]
     pub(crate) fn needs_clock_at_start(&self, may_retry: bool) -> bool {
-        self.throttle.is_some()
-            || (may_retry && self.budget.is_some())
-            || self.breaker.as_ref().is_some_and(|b| b.needs_clock())
+        self.breaker.is_some() || self.throttle.is_some() || (may_retry && self.budget.is_some())
     }
 
-    /// Do these parts need tokio's time when an attempt ends? (A budget
-    /// records outcomes without it.)
+    /// Do these parts need tokio's time when an attempt ends? A budget
+    /// records outcomes without it; a breaker that times calls on the
+    /// coarse clock reads it itself, only if the body waited.
     #[inline]
     pub(crate) fn needs_clock_at_end(&self) -> bool {
-        self.throttle.is_some() || self.breaker.as_ref().is_some_and(|b| b.needs_clock())
+        self.throttle.is_some()
+            || self
+                .breaker
+                .as_ref()
+                .is_some_and(|b| b.needs_clock_at_end())
     }
 
     /// Do these parts record an attempt's outcome at all?

@@ -244,7 +244,11 @@ async fn a_call_as_long_as_the_threshold_is_not_slow_and_a_nanosecond_longer_is(
         advance(threshold).await;
         permit.record(SUCCESS);
     }
-    assert_eq!(b.snapshot().slow_calls, 0, "exactly the threshold is not slow");
+    assert_eq!(
+        b.snapshot().slow_calls,
+        0,
+        "exactly the threshold is not slow"
+    );
     for _ in 0..2 {
         let permit = b.try_acquire().unwrap();
         advance(threshold + Duration::from_nanos(1)).await;

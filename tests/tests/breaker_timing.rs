@@ -1,12 +1,12 @@
 //! How a breaker times the calls of annotated functions for its slow-call
-//! check. With a count-based window and a threshold of at least 100 ticks
-//! of the system's coarse clock (4 ms ticks on most Linux kernels), a body
-//! ready at its first poll is timed on the coarse clock, and a body that
-//! waits on tokio's clock from its first wait (`runtime/src/clock.rs`).
-//! Whichever clock times it, a call is slow exactly when it took longer than
-//! the threshold: on a paused clock by the paused clock, on a real one by
-//! real time, also when the body blocks its thread before or instead of
-//! waiting. Thresholds are 500 ms here: coarse-timed on a kernel with ticks
+//! check. Every call starts on tokio's clock. With a count-based window and
+//! a threshold of at least 100 ticks of the system's coarse clock (4 ms
+//! ticks on most Linux kernels), a body ready at its first poll ends on the
+//! coarse clock (real time), and a body that waits ends on tokio's
+//! (`runtime/src/clock.rs`). A call that waits is slow exactly when it took
+//! longer than the threshold on tokio's clock, paused or not; a call that
+//! never waits, when it blocked its thread for longer (with a tick of
+//! slack). Thresholds are 500 ms here: coarse-timed on a kernel with ticks
 //! of up to 5 ms, precisely timed elsewhere, and the same answers either way.
 
 use std::time::Duration;
@@ -94,6 +94,74 @@ async fn on_a_paused_clock_a_call_is_as_slow_as_the_clock_says() {
         .await;
 }
 
+/// Moves the paused clock itself, before any other wait.
+#[resilient(breaker = "timed")]
+async fn advance(by: Duration) -> Result<(), E> {
+    tokio::time::advance(by).await;
+    Ok(())
+}
+
+#[tokio::test(start_paused = true)]
+async fn time_a_body_moves_the_paused_clock_by_before_its_first_wait_counts() {
+    let registry = registry();
+    registry
+        .scope(async {
+            advance(THRESHOLD).await.unwrap();
+            assert_eq!(slow_calls(&registry), 0, "exactly the threshold");
+            advance(Duration::from_secs(2)).await.unwrap();
+            assert_eq!(slow_calls(&registry), 1);
+        })
+        .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn on_a_paused_clock_real_time_before_the_first_wait_does_not_count() {
+    let registry = registry();
+    registry
+        .scope(async {
+            // 10 ms of real time (two ticks and more), then exactly the
+            // threshold on the paused clock: not slow.
+            call(Duration::from_millis(10), THRESHOLD).await.unwrap();
+            call(
+                Duration::from_millis(10),
+                THRESHOLD - Duration::from_millis(7),
+            )
+            .await
+            .unwrap();
+            assert_eq!(slow_calls(&registry), 0);
+        })
+        .await;
+}
+
+/// A threshold of `Duration::MAX`: no call is ever slow (and adding the
+/// coarse clock's tick to it must not overflow).
+#[resilient(breaker = "never")]
+async fn never_slow() -> Result<(), E> {
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_largest_threshold_counts_no_call_slow() {
+    let registry = Registry::builder()
+        .breaker(
+            "never",
+            BreakerConfig::default()
+                .sliding_window(SlidingWindow::CountBased { size: 4 })
+                .minimum_number_of_calls(4)
+                .slow_call_duration_threshold(Duration::MAX),
+        )
+        .build()
+        .unwrap();
+    registry
+        .scope(async {
+            never_slow().await.unwrap();
+            never_slow().await.unwrap();
+        })
+        .await;
+    let snapshot = registry.breaker("never").unwrap().snapshot();
+    assert_eq!((snapshot.buffered_calls, snapshot.slow_calls), (2, 0));
+}
+
 #[tokio::test]
 async fn a_body_that_blocks_its_thread_past_the_threshold_is_slow() {
     let registry = registry();
@@ -111,7 +179,7 @@ async fn a_body_that_blocks_its_thread_past_the_threshold_is_slow() {
 }
 
 #[tokio::test]
-async fn a_body_that_blocks_then_waits_is_timed_from_its_first_poll() {
+async fn a_body_that_blocks_then_waits_is_timed_from_its_start() {
     let registry = registry();
     registry
         .scope(async {

@@ -22,8 +22,8 @@
 //! Then each adds its parts: a deadline whose timer is made only when the
 //! body has to wait; retries with a full-jitter backoff and a fresh body
 //! future per attempt; a breaker with a count-based window of 100 outcomes
-//! and a slow-call check timed as the library times it (on the coarse
-//! clock while the body has not waited), shared through a static; a
+//! and a slow-call check timed as the library times it (from tokio's clock
+//! to the coarse one if the body never waited), shared through a static; a
 //! bulkhead; a retry budget's request count. The parameters are the
 //! benchmarked attributes' and the library's defaults.
 //!
@@ -393,16 +393,16 @@ static CIRCUIT: Circuit = Circuit {
 };
 
 /// How a call is timed for the slow-call check, as the library times the
-/// calls of annotated functions (its `runtime/src/clock.rs`): on the coarse
-/// clock while the body has not waited, on tokio's from its first wait.
+/// calls of annotated functions (its `runtime/src/clock.rs`): from its
+/// start on tokio's clock, to its end on the coarse clock if the body never
+/// waited, else on tokio's.
 #[derive(Clone, Copy)]
 enum Timing {
-    /// From this coarse reading.
-    Coarse(Duration),
+    /// From this coarse reading while the body has not waited; slow after
+    /// `exact` on tokio's clock once it has.
+    Coarse { start: Duration, exact: Instant },
     /// Slow after this instant on tokio's clock.
     Exact(Instant),
-    /// The first poll alone took longer than the threshold.
-    Slow,
 }
 
 /// The coarse clock's tick (`SLOW_CALL`, 60 s, spans far more than the
@@ -449,25 +449,18 @@ mod coarse {
 }
 
 impl Timing {
-    /// A call starts.
-    fn start() -> Timing {
-        Timing::Coarse(coarse::now())
+    /// A call starts at `now` on tokio's clock.
+    fn start(now: Instant) -> Timing {
+        Timing::Coarse {
+            start: coarse::now(),
+            exact: now + SLOW_CALL,
+        }
     }
 
-    /// The body has had to wait: tokio's clock from now on, after what its
-    /// first poll took on the coarse one if over a tick.
+    /// The body has had to wait: it ends on tokio's clock.
     fn waited(&mut self) {
-        if let Timing::Coarse(start) = *self {
-            let polled = coarse::now().saturating_sub(start);
-            let polled = if polled > tick() {
-                polled
-            } else {
-                Duration::ZERO
-            };
-            *self = match SLOW_CALL.checked_sub(polled) {
-                Some(left) => Timing::Exact(Instant::now() + left),
-                None => Timing::Slow,
-            };
+        if let Timing::Coarse { exact, .. } = *self {
+            *self = Timing::Exact(exact);
         }
     }
 
@@ -475,9 +468,10 @@ impl Timing {
     /// tick beyond the threshold.
     fn slow(self) -> bool {
         match self {
-            Timing::Coarse(start) => coarse::now().saturating_sub(start) > SLOW_CALL + tick(),
+            Timing::Coarse { start, .. } => {
+                coarse::now().saturating_sub(start) > SLOW_CALL + tick()
+            }
             Timing::Exact(after) => Instant::now() > after,
-            Timing::Slow => true,
         }
     }
 }
@@ -1059,9 +1053,10 @@ where
     }
 }
 
-/// The breaker sketch without its two coarse clock reads: what any design
-/// of the slow-call check costs at least, since it can only add to this.
-/// Not the semantics: no call is ever slow.
+/// The breaker sketch without timing its calls (a read of tokio's clock
+/// and two of the coarse one): what any design of the slow-call check costs
+/// at least, since it can only add to this. Not the semantics: no call is
+/// ever slow.
 pub(crate) fn breaker_unclocked<M, F>(make: M) -> BreakerCall<M, F, Unclocked>
 where
     M: FnOnce() -> F,
@@ -1090,11 +1085,15 @@ where
                 Ok(path) => path,
                 Err(refusal) => return Poll::Ready(Err(refusal.into())),
             };
-            if path.deadline.is_some_and(|d| Instant::now() >= d) {
+            // The start of the call, for the slow-call check.
+            let now = K::CLOCKED.then(Instant::now);
+            if path
+                .deadline
+                .is_some_and(|d| now.unwrap_or_else(Instant::now) >= d)
+            {
                 return Poll::Ready(Err(Refusal::DeadlineExceeded.into()));
             }
-            // The start of the call, for the slow-call check.
-            match CIRCUIT.try_acquire(K::CLOCKED.then(Timing::start)) {
+            match CIRCUIT.try_acquire(now.map(Timing::start)) {
                 Ok(permit) => *this.permit = Some(permit),
                 Err(refusal) => {
                     give_up();
@@ -1130,9 +1129,10 @@ pin_project! {
     /// `#[resilient(retries = 3, idempotent, breaker = "bench",
     /// deadline_ms = 1000, timeout_ms = 500, bulkhead = "bench")]`, with
     /// the breaker's retry budget. One read of tokio's clock at the start
-    /// of each attempt serves the deadline, the attempt's timeout and the
-    /// budget; two of the coarse clock time the attempt for the breaker;
-    /// tokio's is read again only after a failure, for the retry decision.
+    /// of each attempt serves the deadline, the attempt's timeout, the
+    /// budget and the breaker's start; two of the coarse clock end the
+    /// breaker's timing of an attempt whose body never waited; tokio's is
+    /// read again after a failure, for the retry decision.
     /// With `Unclocked`, a lower bound rather than a sketch: no coarse
     /// reads, so no call is ever slow (see `full_unclocked`).
     pub(crate) struct FullCall<M, F, K> {
@@ -1246,7 +1246,7 @@ where
                 // The breaker first (an open one costs nothing more), the
                 // bulkhead last (a slot only for an attempt that runs).
                 let admitted = CIRCUIT
-                    .try_acquire(K::CLOCKED.then(Timing::start))
+                    .try_acquire(K::CLOCKED.then(|| Timing::start(now)))
                     .and_then(|permit| Ok((permit, BULKHEAD.try_acquire()?)));
                 match admitted {
                     Ok(held) => *this.held = Some(held),

@@ -101,10 +101,11 @@ pub struct Breaker {
     /// When the breaker was made, as [`crate::time::ticks`]: its windows
     /// count from there, as they would from its own clock.
     origin: u64,
-    /// The coarse clock's tick, when it times this breaker's calls inside
-    /// annotated functions (see `crate::clock`): a count-based window and
-    /// a threshold of at least `RESOLUTIONS` ticks.
-    coarse_tick: Option<Duration>,
+    /// When the coarse clock times this breaker's calls inside annotated
+    /// functions (see `crate::clock`; a count-based window and a threshold
+    /// of at least `RESOLUTIONS` ticks): the coarse duration past which a
+    /// call is slow, the threshold plus a tick (saturating).
+    coarse_slow: Option<Duration>,
     not_permitted: AtomicU64,
     events: Arc<EventHub>,
 }
@@ -147,13 +148,16 @@ impl Breaker {
             },
             retry_after_opens: config.honor_retry_after && config.open_on_retry_after,
         };
-        let coarse_tick = crate::clock::resolution().filter(|&tick| {
-            matches!(config.sliding_window, SlidingWindow::CountBased { .. })
-                && config.slow_call_duration_threshold >= tick * crate::clock::RESOLUTIONS
-        });
+        let threshold = config.slow_call_duration_threshold;
+        let coarse_slow = crate::clock::resolution()
+            .filter(|&tick| {
+                matches!(config.sliding_window, SlidingWindow::CountBased { .. })
+                    && threshold >= tick * crate::clock::RESOLUTIONS
+            })
+            .map(|tick| threshold.saturating_add(tick));
         Breaker {
             origin: crate::time::ticks(Instant::now()),
-            coarse_tick,
+            coarse_slow,
             core: Core::new(settings, config.initial_state.phase()),
             name,
             config,
@@ -197,33 +201,29 @@ impl Breaker {
         }
     }
 
-    /// Does this breaker time the calls of annotated functions on tokio's
-    /// clock? (Otherwise on the coarse clock, while their bodies do not
-    /// wait: see `crate::clock`.)
+    /// Does this breaker need tokio's time at the end of every call of an
+    /// annotated function? (Otherwise only of one whose body waited: one
+    /// ready at its first poll is timed on the coarse clock, `crate::clock`.)
     #[inline]
-    pub(crate) fn needs_clock(&self) -> bool {
-        self.coarse_tick.is_none()
+    pub(crate) fn needs_clock_at_end(&self) -> bool {
+        self.coarse_slow.is_none()
     }
 
-    /// Admits one attempt of an annotated function. `now` is tokio's time,
-    /// when the caller read it; a closed breaker needs it only if it does
-    /// not time calls on the coarse clock ([`needs_clock`](Self::needs_clock)).
-    /// The engine tells the permit if the body waits ([`BreakerPermit::waited`]).
+    /// Admits one attempt of an annotated function, started at `now` on
+    /// tokio's clock (read here if the caller did not). The engine tells the
+    /// permit if the body waits ([`BreakerPermit::waited`]).
     #[inline]
     pub(crate) fn try_acquire_in_call(
         &self,
         now: Option<Instant>,
     ) -> Result<BreakerPermit<'_>, crate::Error> {
-        // A closed breaker admits without the time: only its permit's start
-        // is kept, for the slow-call check.
+        let now = now.unwrap_or_else(Instant::now);
+        // A closed breaker admits without converting the time: only its
+        // permit's start is kept, for the slow-call check.
         if let Some(admission) = self.core.try_acquire_untimed() {
-            let timing = match self.coarse_tick {
-                Some(_) => Timing::Coarse(crate::clock::now()),
-                None => Timing::exact(self, now.unwrap_or_else(Instant::now)),
-            };
-            return Ok(self.permit(admission, timing));
+            return Ok(self.permit(admission, Timing::in_call(self, now)));
         }
-        self.try_acquire_timed(now.unwrap_or_else(Instant::now))
+        self.try_acquire_timed(now)
     }
 
     #[inline]
@@ -463,35 +463,20 @@ impl BreakerPermit<'_> {
     /// wait (for a bulkhead slot) that is not the dependency's time. `now`:
     /// tokio's time, if the caller read it.
     pub(crate) fn restart(&mut self, now: Option<Instant>) {
+        let now = now.unwrap_or_else(Instant::now);
         self.timing = match self.timing {
-            Timing::Coarse(_) => Timing::Coarse(crate::clock::now()),
-            Timing::Exact(_) | Timing::Slow => {
-                Timing::exact(self.breaker, now.unwrap_or_else(Instant::now))
-            }
+            Timing::Coarse { .. } => Timing::in_call(self.breaker, now),
+            Timing::Exact(_) => Timing::exact(self.breaker, now),
         };
     }
 
-    /// The body has had to wait, for the first time in this attempt: from
-    /// now on the call is timed on tokio's clock, which a test may pause,
-    /// after what its first poll took on the coarse clock (counted only
-    /// past a tick: on a paused clock, a poll takes no time).
+    /// The body has had to wait: the call is timed on tokio's clock, from
+    /// its start, which a test may pause and advance.
+    #[inline]
     pub(crate) fn waited(&mut self) {
-        let Timing::Coarse(start) = self.timing else {
-            return;
-        };
-        let tick = self.breaker.coarse_tick.unwrap_or_default();
-        let polled = crate::clock::now().since(start);
-        let polled = if polled > tick {
-            polled
-        } else {
-            Duration::ZERO
-        };
-        let threshold = self.breaker.config.slow_call_duration_threshold;
-        self.timing = match threshold.checked_sub(polled) {
-            Some(left) => Timing::Exact(Instant::now().checked_add(left)),
-            // The first poll alone took longer than the threshold.
-            None => Timing::Slow,
-        };
+        if let Timing::Coarse { exact, .. } = self.timing {
+            self.timing = Timing::Exact(exact);
+        }
     }
 
     /// Records the attempt's outcome at its end: `now`, tokio's time, if
@@ -508,17 +493,14 @@ impl BreakerPermit<'_> {
             at: now,
             ns: None,
         };
-        let slow = || match self.timing {
-            Timing::Exact(after) => {
-                after.is_some_and(|after| now.unwrap_or_else(Instant::now) > after)
-            }
+        let mut slow = || match self.timing {
+            Timing::Exact(after) => after.is_some_and(|after| now_ns.instant() > after),
             // Slow only past a tick beyond the threshold: a coarse reading
             // never makes slow a call that was not.
-            Timing::Coarse(start) => {
-                let tick = breaker.coarse_tick.unwrap_or_default();
-                crate::clock::now().since(start) > config.slow_call_duration_threshold + tick
+            Timing::Coarse { start, .. } => {
+                let slow_past = breaker.coarse_slow.unwrap_or(Duration::MAX);
+                crate::clock::now().since(start) > slow_past
             }
-            Timing::Slow => true,
         };
         let sample = match outcome {
             Outcome::Ignored => Sample::Ignored,
@@ -560,33 +542,56 @@ enum Timing {
     /// the clock). The threshold is added once, at the start, which costs
     /// less than a subtraction at the end.
     Exact(Option<Instant>),
-    /// On the coarse clock, from this reading: the call's body has not
-    /// waited (see `crate::clock`).
-    Coarse(crate::clock::Coarse),
-    /// Already slow: its first poll alone took longer than the threshold.
-    Slow,
+    /// On the coarse clock from `start`, while the body has not waited;
+    /// on tokio's, as `Exact(exact)`, once it has (see `crate::clock`).
+    Coarse {
+        start: crate::clock::Coarse,
+        exact: Option<Instant>,
+    },
 }
 
 impl Timing {
     fn exact(breaker: &Breaker, start: Instant) -> Timing {
         Timing::Exact(start.checked_add(breaker.config.slow_call_duration_threshold))
     }
+
+    /// The timing of a call of an annotated function started at `start`.
+    #[inline]
+    fn in_call(breaker: &Breaker, start: Instant) -> Timing {
+        let exact = start.checked_add(breaker.config.slow_call_duration_threshold);
+        match breaker.coarse_slow {
+            Some(_) => Timing::Coarse {
+                start: crate::clock::now(),
+                exact,
+            },
+            None => Timing::Exact(exact),
+        }
+    }
 }
 
-/// The end of a call, converted to the core's nanoseconds on first ask
-/// (and read then, if the caller did not).
+/// The end of a call: tokio's time, read on first ask if the caller did
+/// not, and converted to the core's nanoseconds on first ask. Every use in
+/// one record sees the same time.
 struct Ticks<'a> {
     breaker: &'a Breaker,
     at: Option<Instant>,
     ns: Option<u64>,
 }
 
+impl Ticks<'_> {
+    fn instant(&mut self) -> Instant {
+        *self.at.get_or_insert_with(Instant::now)
+    }
+}
+
 impl Now for Ticks<'_> {
     fn ns(&mut self) -> u64 {
-        *self.ns.get_or_insert_with(|| {
-            self.breaker
-                .since_origin(self.at.unwrap_or_else(Instant::now))
-        })
+        if let Some(ns) = self.ns {
+            return ns;
+        }
+        let ns = self.breaker.since_origin(self.instant());
+        self.ns = Some(ns);
+        ns
     }
 }
 
