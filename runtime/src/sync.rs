@@ -10,3 +10,20 @@
 pub(crate) mod atomic {
     pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 }
+
+/// How many shards threads are spread over, for counters every call
+/// writes (the graceful shutdown's in-flight count, a breaker window's
+/// cursors): threads in different shards write different cache lines.
+pub(crate) const SHARDS: usize = 16;
+
+/// The calling thread's shard, given out round-robin on first use: on a
+/// machine with up to `SHARDS` worker threads, each has its own.
+#[inline]
+pub(crate) fn shard() -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static SHARD: usize = NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS;
+    }
+    SHARD.try_with(|s| *s).unwrap_or(0)
+}

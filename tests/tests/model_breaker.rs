@@ -8,6 +8,25 @@ mod sync {
     pub(crate) mod atomic {
         pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
     }
+
+    use std::cell::Cell;
+
+    /// Two shards of threads: a count window has a cursor for each.
+    pub(crate) const SHARDS: usize = 2;
+
+    loom::thread_local! {
+        static SHARD: Cell<usize> = Cell::new(0);
+    }
+
+    /// The modelled thread's shard: 0 unless it chose another.
+    pub(crate) fn shard() -> usize {
+        SHARD.with(Cell::get)
+    }
+
+    /// Puts the modelled thread in shard `k`.
+    pub(crate) fn set_shard(k: usize) {
+        SHARD.with(|s| s.set(k));
+    }
 }
 
 #[path = "../../runtime/src/breaker/core.rs"]
@@ -222,6 +241,58 @@ fn count_window_totals_equal_the_slots_after_overwrites() {
             "a window of one holds one outcome"
         );
     });
+}
+
+/// Threads of two shards record through their own cursors, which start
+/// apart in a window of two and meet in a window of one: either way the
+/// totals hold exactly what the slots hold.
+#[test]
+fn count_window_cursors_of_two_shards_keep_totals_exact() {
+    for size in [1, 2] {
+        model(move || {
+            let window = Arc::new(Window::new(WindowKind::Count(size)));
+            let w = window.clone();
+            let other = thread::spawn(move || {
+                sync::set_shard(1);
+                w.record(true, false, 0);
+                w.record(false, true, 0)
+            });
+            window.record(true, true, 0);
+            window.record(false, false, 0);
+            other.join().unwrap();
+            assert_totals_match_slots(&window);
+            let calls = window.totals().unwrap().0;
+            assert_eq!(calls, u64::from(size), "every slot holds an outcome");
+        });
+    }
+}
+
+/// A window of 32 hands out positions two at a time. Threads of one shard
+/// racing for their shard's positions, and threads of two, each record in
+/// a position of their own: four records in a window of 32 are four
+/// outcomes in the totals, none written over another.
+#[test]
+fn count_window_hands_out_each_position_once() {
+    for other_shard in [0, 1] {
+        model(move || {
+            let window = Arc::new(Window::new(WindowKind::Count(32)));
+            let w = window.clone();
+            let other = thread::spawn(move || {
+                sync::set_shard(other_shard);
+                w.record(true, false, 0);
+                w.record(true, false, 0);
+            });
+            window.record(false, true, 0);
+            window.record(false, true, 0);
+            other.join().unwrap();
+            assert_totals_match_slots(&window);
+            assert_eq!(
+                window.totals(),
+                Some((4, 2, 2)),
+                "four records, each in its own slot"
+            );
+        });
+    }
 }
 
 /// A reset racing a recorder: whatever survives, the totals match it.

@@ -387,12 +387,25 @@ fn bucket_delta(failed: bool, slow: bool) -> u64 {
 enum Slots {
     Count {
         slots: Box<[AtomicU32]>,
-        /// The next slot, as a count of records that wraps at 2^32. Where
-        /// the slot count does not divide 2^32, the wrap makes one record
-        /// in four billion overwrite a slot early: harmless, and a 32-bit
-        /// count takes its remainder by two multiplications (`Modulo`)
-        /// where a 64-bit one needs a division.
+        /// The next position to hand out, as a count that wraps at 2^32;
+        /// slot `i` is position `i` modulo the window's size. Where the slot
+        /// count does not divide 2^32, the wrap makes one record in four
+        /// billion overwrite a slot early: harmless, and a 32-bit count takes
+        /// its remainder by two multiplications (`Modulo`) where a 64-bit one
+        /// needs a division.
         next: AtomicU32,
+        /// Positions are handed out `block` at a time to each shard of
+        /// threads (`crate::sync::shard`), which records into them in order
+        /// through its own cursor, on its own cache line: threads of
+        /// different shards then share a write only once per block, where a
+        /// shared cursor cost every call a contended read-modify-write. The
+        /// calls of one thread fill consecutive positions, exactly as one
+        /// ring would; with several, a position handed out but not yet
+        /// written keeps its older outcome a little longer, so the window
+        /// holds its `size` most recent outcomes give or take `block - 1` per
+        /// shard. Every outcome recorded is in the totals exactly once.
+        cursors: Box<[Cursor]>,
+        block: u32,
         modulo: Modulo,
     },
     Time {
@@ -401,6 +414,49 @@ enum Slots {
         /// window's epoch (see `present`).
         present: AtomicU64,
     },
+}
+
+/// One shard's cursor: its next position (low 32 bits) and how many of
+/// its block are left after it (high 32 bits). Alone on its cache line
+/// (128 bytes: adjacent-line prefetching pairs 64-byte lines on x86).
+#[derive(Debug)]
+#[repr(align(128))]
+struct Cursor(AtomicU64);
+
+impl Cursor {
+    /// The next position for this shard's record: from its block, or from
+    /// a new block taken from `next`. Should two threads of one shard both
+    /// find the block spent, the one that loses the race records at the
+    /// start of the block it took and leaves the rest unwritten this time
+    /// round (their slots keep older outcomes a pass longer).
+    #[inline]
+    fn take(&self, next: &AtomicU32, block: u32) -> u32 {
+        let mut w = self.0.load(Ordering::Relaxed);
+        loop {
+            let (pos, left) = (w as u32, (w >> 32) as u32);
+            if left > 0 {
+                let taken = u64::from(pos.wrapping_add(1)) | (u64::from(left - 1) << 32);
+                match self
+                    .0
+                    .compare_exchange_weak(w, taken, Ordering::Relaxed, Ordering::Relaxed)
+                {
+                    Ok(_) => return pos,
+                    Err(seen) => {
+                        w = seen;
+                        continue;
+                    }
+                }
+            }
+            let start = next.fetch_add(block, Ordering::Relaxed);
+            let rest = u64::from(start.wrapping_add(1)) | (u64::from(block - 1) << 32);
+            // Whether or not this shard's cursor takes the new block, this
+            // record has its first position.
+            let _ = self
+                .0
+                .compare_exchange(w, rest, Ordering::Relaxed, Ordering::Relaxed);
+            return start;
+        }
+    }
 }
 
 /// A sliding window with exactly-once accounting of its totals.
@@ -413,11 +469,21 @@ pub(crate) struct Window {
 impl Window {
     pub(crate) fn new(kind: WindowKind) -> Window {
         let slots = match kind {
-            WindowKind::Count(size) => Slots::Count {
-                slots: (0..size.max(1)).map(|_| AtomicU32::new(0)).collect(),
-                next: AtomicU32::new(0),
-                modulo: Modulo::new(size.max(1)),
-            },
+            WindowKind::Count(size) => {
+                let size = size.max(1);
+                Slots::Count {
+                    slots: (0..size).map(|_| AtomicU32::new(0)).collect(),
+                    next: AtomicU32::new(0),
+                    cursors: (0..crate::sync::SHARDS)
+                        .map(|_| Cursor(AtomicU64::new(0)))
+                        .collect(),
+                    // A sixteenth of the window, up to 8: the window of 100
+                    // calls by default hands out 6 at a time; windows under
+                    // 32, one (exactly the order of the records).
+                    block: (size / 16).clamp(1, 8),
+                    modulo: Modulo::new(size),
+                }
+            }
             WindowKind::Time(seconds) => Slots::Time {
                 buckets: (0..seconds.max(1)).map(|_| AtomicU64::new(0)).collect(),
                 present: AtomicU64::new(present_word(0, 0)),
@@ -438,9 +504,12 @@ impl Window {
             Slots::Count {
                 slots,
                 next,
+                cursors,
+                block,
                 modulo,
             } => {
-                let i = modulo.of(next.fetch_add(1, Ordering::Relaxed));
+                let cursor = &cursors[crate::sync::shard() % cursors.len()];
+                let i = modulo.of(cursor.take(next, *block));
                 let new = slot_value(failed, slow);
                 let slot = &slots[i as usize];
                 // A success replacing a success changes nothing: no write,

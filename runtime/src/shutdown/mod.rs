@@ -47,6 +47,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::Error;
+use crate::sync::SHARDS;
 use gate::Entered;
 
 /// Calls are not counted.
@@ -59,8 +60,6 @@ const DRAINING: u8 = 2;
 
 static STATE: AtomicU8 = AtomicU8::new(UNTRACKED);
 
-const SHARDS: usize = 16;
-
 /// One shard of the in-flight count, alone on its cache line (128 bytes:
 /// adjacent-line prefetching pairs 64-byte lines on x86).
 #[repr(align(128))]
@@ -69,12 +68,6 @@ struct Shard(AtomicUsize);
 #[allow(clippy::declare_interior_mutable_const)]
 const ZERO: Shard = Shard(AtomicUsize::new(0));
 static IN_FLIGHT: [Shard; SHARDS] = [ZERO; SHARDS];
-
-static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
-
-thread_local! {
-    static SHARD: usize = NEXT_SHARD.fetch_add(1, Ordering::Relaxed) % SHARDS;
-}
 
 /// Held while a drain or a resume changes the state and the shards' bits.
 static TRANSITION: Mutex<()> = Mutex::new(());
@@ -107,7 +100,7 @@ pub(crate) fn admit(nested: bool) -> Result<Option<InFlight>, Error> {
 }
 
 fn admit_counted(nested: bool) -> Result<Option<InFlight>, Error> {
-    let shard = SHARD.try_with(|s| *s).unwrap_or(0);
+    let shard = crate::sync::shard();
     let counter = &IN_FLIGHT[shard].0;
     match gate::enter(counter, nested) {
         Entered::Admitted => Ok(Some(InFlight(counter))),
