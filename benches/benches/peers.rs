@@ -400,7 +400,7 @@ const CASES: &[Case] = &[
     },
     Case {
         id: "floor_full_unclocked",
-        label: "lower bound: the full sketch with no end-of-attempt clock read",
+        label: "lower bound: the full sketch without timing calls for the breaker",
         two_threads: true,
         run: |m| m.drive(|x| ok(poll_to_end(floor::full_unclocked(move || bare(x))))),
     },
@@ -551,7 +551,7 @@ const RATIOS: &[Ratio] = &[
         target: Some(0.6),
     },
     Ratio {
-        what: "full stack vs tower stack, lower bound (no end-of-attempt clock read)",
+        what: "full stack vs tower stack, lower bound (no slow-call timing)",
         ours: "resilient_full",
         floor: "floor_full_unclocked",
         peer: "tower_stack",

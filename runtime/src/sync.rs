@@ -13,17 +13,29 @@ pub(crate) mod atomic {
 
 /// How many shards threads are spread over, for counters every call
 /// writes (the graceful shutdown's in-flight count, a breaker window's
-/// cursors): threads in different shards write different cache lines.
+/// cursors): threads in different shards write different cache lines. A
+/// power of two, so that a mask takes the remainder.
 pub(crate) const SHARDS: usize = 16;
+const _: () = assert!(SHARDS.is_power_of_two());
 
 /// The calling thread's shard, given out round-robin on first use: on a
 /// machine with up to `SHARDS` worker threads, each has its own.
 #[inline]
 pub(crate) fn shard() -> usize {
+    use std::cell::Cell;
     use std::sync::atomic::{AtomicUsize, Ordering};
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
-        static SHARD: usize = NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS;
+        // `usize::MAX` until given out: a constant initialiser keeps each
+        // read a plain thread-local load.
+        static SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
     }
-    SHARD.try_with(|s| *s).unwrap_or(0)
+    SHARD.with(|shard| match shard.get() {
+        usize::MAX => {
+            let given = NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS;
+            shard.set(given);
+            given
+        }
+        given => given,
+    })
 }

@@ -46,6 +46,7 @@
 //!   (The alternative, 64-bit tags, would leave no room in the bucket word
 //!   for the counts that must change in the same compare-and-swap.)
 
+use crate::sync::SHARDS;
 use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 const GEN_SHIFT: u32 = 3;
@@ -404,7 +405,7 @@ enum Slots {
         /// written keeps its older outcome a little longer, so the window
         /// holds its `size` most recent outcomes give or take `block - 1` per
         /// shard. Every outcome recorded is in the totals exactly once.
-        cursors: Box<[Cursor]>,
+        cursors: Box<[Cursor; SHARDS]>,
         block: u32,
         modulo: Modulo,
     },
@@ -474,9 +475,7 @@ impl Window {
                 Slots::Count {
                     slots: (0..size).map(|_| AtomicU32::new(0)).collect(),
                     next: AtomicU32::new(0),
-                    cursors: (0..crate::sync::SHARDS)
-                        .map(|_| Cursor(AtomicU64::new(0)))
-                        .collect(),
+                    cursors: Box::new(std::array::from_fn(|_| Cursor(AtomicU64::new(0)))),
                     // A sixteenth of the window, up to 8: the window of 100
                     // calls by default hands out 6 at a time; windows under
                     // 32, one (exactly the order of the records).
@@ -508,7 +507,8 @@ impl Window {
                 block,
                 modulo,
             } => {
-                let cursor = &cursors[crate::sync::shard() % cursors.len()];
+                // `SHARDS` is a power of two: the mask is the remainder.
+                let cursor = &cursors[crate::sync::shard() & (SHARDS - 1)];
                 let i = modulo.of(cursor.take(next, *block));
                 let new = slot_value(failed, slow);
                 let slot = &slots[i as usize];
