@@ -18,8 +18,10 @@ pub(crate) mod atomic {
 pub(crate) const SHARDS: usize = 16;
 const _: () = assert!(SHARDS.is_power_of_two());
 
-/// The calling thread's shard, given out round-robin on first use: on a
-/// machine with up to `SHARDS` worker threads, each has its own.
+/// The calling thread's shard, given out round-robin on first use by
+/// every thread that asks (workers, the main thread, blocking-pool
+/// threads): threads share a shard only once more than `SHARDS` have
+/// asked.
 #[inline]
 pub(crate) fn shard() -> usize {
     use std::cell::Cell;

@@ -513,3 +513,49 @@ fn a_failure_racing_an_unchanged_success_still_opens_the_breaker() {
         assert_totals_match_slots(core.window());
     });
 }
+
+/// Two threads of one shard race for their shard's first block in a
+/// window of 32 (blocks of 2); after they join, 30 more records. 32 records
+/// in a window of 32 must fill every slot if no position is dropped.
+#[test]
+fn count_window_threads_of_one_shard_drop_no_position() {
+    model(|| {
+        let window = Arc::new(Window::new(WindowKind::Count(32)));
+        let w = window.clone();
+        let other = thread::spawn(move || {
+            w.record(true, false, 0);
+        });
+        window.record(true, false, 0);
+        other.join().unwrap();
+        for _ in 0..30 {
+            window.record(true, false, 0);
+        }
+        assert_totals_match_slots(&window);
+        assert_eq!(window.totals(), Some((32, 32, 0)), "a position was dropped");
+    });
+}
+
+/// Three threads of one shard, two records each, window of 64
+/// (blocks of 4): six distinct positions.
+#[test]
+fn count_window_three_threads_of_one_shard_take_distinct_positions() {
+    model(|| {
+        let window = Arc::new(Window::new(WindowKind::Count(64)));
+        let hs: Vec<_> = (0..2)
+            .map(|_| {
+                let w = window.clone();
+                thread::spawn(move || {
+                    w.record(true, false, 0);
+                    w.record(false, false, 0);
+                })
+            })
+            .collect();
+        window.record(true, false, 0);
+        window.record(false, false, 0);
+        for h in hs {
+            h.join().unwrap();
+        }
+        assert_totals_match_slots(&window);
+        assert_eq!(window.totals(), Some((6, 3, 0)));
+    });
+}

@@ -426,36 +426,47 @@ struct Cursor(AtomicU64);
 
 impl Cursor {
     /// The next position for this shard's record: from its block, or from
-    /// a new block taken from `next`. Should two threads of one shard both
-    /// find the block spent, the one that loses the race records at the
-    /// start of the block it took and leaves the rest unwritten this time
-    /// round (their slots keep older outcomes a pass longer).
+    /// a new block taken from `next` by the thread that claims the refill
+    /// (its shard-mates meanwhile take single positions straight from
+    /// `next`). Every position handed out is written: none is skipped, so
+    /// no slot keeps an old outcome a pass longer. Windows of blocks of one
+    /// take every position from `next`.
     #[inline]
     fn take(&self, next: &AtomicU32, block: u32) -> u32 {
+        // The thread that finds the block spent claims the refill first, so
+        // that no block is ever taken and then dropped.
+        const CLAIMED: u32 = u32::MAX;
+        if block == 1 {
+            return next.fetch_add(1, Ordering::Relaxed);
+        }
         let mut w = self.0.load(Ordering::Relaxed);
         loop {
             let (pos, left) = (w as u32, (w >> 32) as u32);
-            if left > 0 {
-                let taken = u64::from(pos.wrapping_add(1)) | (u64::from(left - 1) << 32);
-                match self
-                    .0
-                    .compare_exchange_weak(w, taken, Ordering::Relaxed, Ordering::Relaxed)
-                {
-                    Ok(_) => return pos,
-                    Err(seen) => {
-                        w = seen;
-                        continue;
-                    }
-                }
+            if left == CLAIMED {
+                // Another thread of this shard is taking a block: one
+                // position of its own, straight from `next`.
+                return next.fetch_add(1, Ordering::Relaxed);
             }
-            let start = next.fetch_add(block, Ordering::Relaxed);
-            let rest = u64::from(start.wrapping_add(1)) | (u64::from(block - 1) << 32);
-            // Whether or not this shard's cursor takes the new block, this
-            // record has its first position.
-            let _ = self
+            let want = if left > 0 {
+                u64::from(pos.wrapping_add(1)) | (u64::from(left - 1) << 32)
+            } else {
+                u64::from(pos) | (u64::from(CLAIMED) << 32)
+            };
+            match self
                 .0
-                .compare_exchange(w, rest, Ordering::Relaxed, Ordering::Relaxed);
-            return start;
+                .compare_exchange_weak(w, want, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) if left > 0 => return pos,
+                Ok(_) => {
+                    let start = next.fetch_add(block, Ordering::Relaxed);
+                    self.0.store(
+                        u64::from(start.wrapping_add(1)) | (u64::from(block - 1) << 32),
+                        Ordering::Relaxed,
+                    );
+                    return start;
+                }
+                Err(seen) => w = seen,
+            }
         }
     }
 }
