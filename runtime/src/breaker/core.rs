@@ -133,6 +133,14 @@ impl Word {
     fn generation(self) -> u32 {
         ((self.0 >> GEN_SHIFT) & GEN_MASK) as u32
     }
+    /// A permit under this state, as it stands.
+    #[inline]
+    fn admission(self) -> Admission {
+        Admission {
+            phase: self.phase(),
+            generation: self.generation(),
+        }
+    }
     fn next_generation(self) -> u32 {
         ((self.generation() as u64 + 1) & GEN_MASK) as u32
     }
@@ -812,10 +820,7 @@ impl Core {
     pub(crate) fn try_acquire_untimed(&self) -> Option<Admission> {
         let w = Word(self.state.load(Ordering::Acquire));
         match w.phase() {
-            Phase::Closed | Phase::MetricsOnly | Phase::Disabled => Some(Admission {
-                phase: w.phase(),
-                generation: w.generation(),
-            }),
+            Phase::Closed | Phase::MetricsOnly | Phase::Disabled => Some(w.admission()),
             Phase::ForcedOpen | Phase::Open | Phase::HalfOpen => None,
         }
     }
@@ -825,12 +830,8 @@ impl Core {
         loop {
             let next = match w.phase() {
                 Phase::Closed | Phase::MetricsOnly | Phase::Disabled => {
-                    let admission = Admission {
-                        phase: w.phase(),
-                        generation: w.generation(),
-                    };
                     return Acquired::Admitted {
-                        admission,
+                        admission: w.admission(),
                         transition: None,
                     };
                 }

@@ -194,11 +194,7 @@ impl Breaker {
     pub fn try_acquire(&self) -> Result<BreakerPermit<'_>, crate::Error> {
         // Timed on tokio's clock: the engine cannot tell whether a call made
         // under a permit taken by hand ever waits.
-        let now = Instant::now();
-        match self.core.try_acquire_untimed() {
-            Some(admission) => Ok(self.permit(admission, Timing::exact(self, now))),
-            None => self.try_acquire_timed(now),
-        }
+        self.acquire(Instant::now(), Timing::exact)
     }
 
     /// Does this breaker need tokio's time at the end of every call of an
@@ -217,13 +213,22 @@ impl Breaker {
         &self,
         now: Option<Instant>,
     ) -> Result<BreakerPermit<'_>, crate::Error> {
-        let now = now.unwrap_or_else(Instant::now);
-        // A closed breaker admits without converting the time: only its
-        // permit's start is kept, for the slow-call check.
-        if let Some(admission) = self.core.try_acquire_untimed() {
-            return Ok(self.permit(admission, Timing::in_call(self, now)));
+        self.acquire(now.unwrap_or_else(Instant::now), Timing::in_call)
+    }
+
+    /// Admits a call started at `now`, timed as `timing` says while the
+    /// breaker is closed. A closed breaker admits without converting the
+    /// time: only its permit's start is kept, for the slow-call check.
+    #[inline]
+    fn acquire(
+        &self,
+        now: Instant,
+        timing: fn(&Breaker, Instant) -> Timing,
+    ) -> Result<BreakerPermit<'_>, crate::Error> {
+        match self.core.try_acquire_untimed() {
+            Some(admission) => Ok(self.permit(admission, timing(self, now))),
+            None => self.try_acquire_timed(now),
         }
-        self.try_acquire_timed(now)
     }
 
     #[inline]
@@ -551,14 +556,16 @@ enum Timing {
 }
 
 impl Timing {
+    /// On tokio's clock from `start`.
+    #[inline]
     fn exact(breaker: &Breaker, start: Instant) -> Timing {
-        Timing::Exact(start.checked_add(breaker.config.slow_call_duration_threshold))
+        Timing::Exact(Timing::slow_after(breaker, start))
     }
 
     /// The timing of a call of an annotated function started at `start`.
     #[inline]
     fn in_call(breaker: &Breaker, start: Instant) -> Timing {
-        let exact = start.checked_add(breaker.config.slow_call_duration_threshold);
+        let exact = Timing::slow_after(breaker, start);
         match breaker.coarse_slow {
             Some(_) => Timing::Coarse {
                 start: crate::clock::now(),
@@ -566,6 +573,12 @@ impl Timing {
             },
             None => Timing::Exact(exact),
         }
+    }
+
+    /// On tokio's clock, a call started at `start` is slow after this.
+    #[inline]
+    fn slow_after(breaker: &Breaker, start: Instant) -> Option<Instant> {
+        start.checked_add(breaker.config.slow_call_duration_threshold)
     }
 }
 

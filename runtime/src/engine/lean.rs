@@ -68,12 +68,6 @@ pin_project! {
 impl<R, C, V, F, Fut, G, Gen> Engine<R, C, V, F, Fut, G, Gen>
 where
     R: ReturnsResult,
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<R::Ok, R::Error>>,
-    C: Fn(&R::Error) -> V,
-    V: Into<Verdict>,
-    G: Fn(Box<Resumed<C, R::Ok, R::Error>>, fn(Error) -> R::Error, Describe<R::Error>, F) -> Gen,
-    Gen: Future<Output = R>,
 {
     pub(super) fn new(
         policy: &'static Policy,
