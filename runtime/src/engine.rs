@@ -220,6 +220,10 @@ struct Resumed<C, T, E> {
     attempted: Attempted<T, E>,
 }
 
+/// How an attempt's body ended: its output and what its frame collected,
+/// or (`Err`) only the latter, when its deadline cut it.
+type BodyEnd<T, E> = Result<(Result<T, E>, FrameEnd), FrameEnd>;
+
 /// What a failed attempt means for the call.
 enum Settled<E> {
     /// Another attempt may succeed.
@@ -249,6 +253,131 @@ struct Call<C> {
     began: Began,
 }
 
+/// What a call knows once it has begun, apart from its classifier and its
+/// parts: all a lean call ([`lean`]) keeps until its first attempt fails.
+struct Start {
+    deadline: Option<Instant>,
+    own_deadline: bool,
+    clocked: bool,
+    start: Option<Instant>,
+    path: PathStart,
+    in_flight: Option<InFlight>,
+    began: Began,
+}
+
+impl Start {
+    /// Admits a call on `path` (where it stands) by a graceful shutdown,
+    /// and raises the path's cap to this call's attempts.
+    #[inline(always)]
+    fn admit<E>(
+        policy: &'static Policy,
+        span: &CallSpan,
+        path: &mut PathStart,
+        refuse: fn(Error) -> E,
+    ) -> Result<Option<InFlight>, E> {
+        // A call nested in an admitted one is part of the work in flight: a
+        // draining shutdown admits it.
+        let in_flight = match shutdown::admit(path.in_call) {
+            Ok(in_flight) => in_flight,
+            Err(error) => return Err(refused(policy, path, span, error, refuse, true, None)),
+        };
+        path.cap = path.cap.max(policy.retries.saturating_add(1));
+        Ok(in_flight)
+    }
+
+    /// Fixes the call's deadline, and refuses a call whose deadline has
+    /// already passed. `needs_clock`: a part of the call keeps time-based
+    /// statistics.
+    #[inline(always)]
+    fn begin<E>(
+        policy: &'static Policy,
+        span: &CallSpan,
+        path: PathStart,
+        in_flight: Option<InFlight>,
+        needs_clock: bool,
+        refuse: fn(Error) -> E,
+    ) -> Result<Start, E> {
+        let times = Times::of(policy, path.deadline, needs_clock);
+        if times.passed() {
+            return Err(times.refuse(policy, &path, span, refuse));
+        }
+        telemetry::entered(span, times.at, times.deadline);
+        Ok(Start {
+            deadline: times.deadline,
+            own_deadline: times.own_deadline,
+            clocked: times.clocked,
+            start: times.at,
+            path,
+            in_flight,
+            began: telemetry::began(times.at),
+        })
+    }
+}
+
+/// When a call began and when it must end.
+#[derive(Clone, Copy)]
+struct Times {
+    /// Does an attempt need to know when it started and ended?
+    clocked: bool,
+    /// When the call began, if the clock was read.
+    at: Option<Instant>,
+    /// The call's deadline: its own or the one it inherited, the earlier.
+    deadline: Option<Instant>,
+    /// Is `deadline` this layer's own `deadline_ms`, not an inherited one?
+    own_deadline: bool,
+}
+
+impl Times {
+    /// The times of a call that inherited `inherited`. `needs_clock`: a
+    /// part of the call keeps time-based statistics.
+    #[inline(always)]
+    fn of(policy: &Policy, inherited: Option<Instant>, needs_clock: bool) -> Times {
+        // The clock is read only when something needs the time: a deadline
+        // or timeout, or a part that keeps time-based statistics. This one
+        // read also serves as the first attempt's start.
+        let clocked = inherited.is_some()
+            || policy.deadline.is_some()
+            || policy.timeout.is_some()
+            || needs_clock;
+        let at = clocked.then(Instant::now);
+        let own = match (policy.deadline, at) {
+            (Some(d), Some(at)) => at.checked_add(d),
+            _ => None,
+        };
+        let deadline = earliest(inherited, own);
+        Times {
+            clocked,
+            at,
+            deadline,
+            // Only a deadline this layer set is this layer's to give up on;
+            // an inherited one is the enclosing attempt's timer.
+            own_deadline: own.is_some() && own == deadline && own != inherited,
+        }
+    }
+
+    /// Had the deadline passed when the call began?
+    #[inline(always)]
+    fn passed(&self) -> bool {
+        matches!((self.deadline, self.at), (Some(deadline), Some(at)) if at >= deadline)
+    }
+
+    /// The refusal of a call whose deadline had passed when it began: so
+    /// it does no work.
+    #[cold]
+    fn refuse<E>(
+        self,
+        policy: &'static Policy,
+        path: &PathStart,
+        span: &CallSpan,
+        refuse: fn(Error) -> E,
+    ) -> E {
+        let error = Error::deadline_exceeded();
+        let own = self.own_deadline;
+        let inherited = if own { None } else { self.deadline };
+        refused(policy, path, span, error, refuse, own, inherited)
+    }
+}
+
 impl<C> Call<C> {
     /// Starts a call: fixes its deadline and finds its named parts. Refuses
     /// a call whose deadline has already passed, so it does no work.
@@ -264,55 +393,52 @@ impl<C> Call<C> {
         refuse: fn(Error) -> E,
     ) -> Result<Self, E> {
         let mut path = PathStart::current();
-        // A call nested in an admitted one is part of the work in flight: a
-        // draining shutdown admits it.
-        let in_flight = match shutdown::admit(path.in_call) {
-            Ok(in_flight) => in_flight,
-            Err(error) => return Err(refused(policy, &path, span, error, refuse, true, None)),
-        };
-        path.cap = path.cap.max(policy.retries.saturating_add(1));
-        let inherited = path.deadline;
+        let in_flight = Start::admit(policy, span, &mut path, refuse)?;
         let deps = match policy.deps() {
             Ok(deps) => deps,
             Err(error) => return Err(refused(policy, &path, span, error, refuse, true, None)),
         };
-        // The clock is read only when something needs the time: a deadline
-        // or timeout, or a part that keeps time-based statistics. This one
-        // read also serves as the first attempt's start.
-        let clocked = inherited.is_some()
-            || policy.deadline.is_some()
-            || policy.timeout.is_some()
-            || deps.needs_clock_at_start(path.cap > 1);
-        let start = clocked.then(Instant::now);
-        let own = match (policy.deadline, start) {
-            (Some(d), Some(start)) => start.checked_add(d),
-            _ => None,
-        };
-        let deadline = earliest(inherited, own);
-        // Only a deadline this layer set is this layer's to give up on; an
-        // inherited one is the enclosing attempt's timer.
-        let own_deadline = own.is_some() && own == deadline && own != inherited;
-        if let (Some(deadline), Some(start)) = (deadline, start) {
-            if start >= deadline {
-                let error = Error::deadline_exceeded();
-                return Err(refused(
-                    policy,
-                    &path,
-                    span,
-                    error,
-                    refuse,
-                    own_deadline,
-                    (!own_deadline).then_some(deadline),
-                ));
-            }
+        let times = Times::of(
+            policy,
+            path.deadline,
+            deps.needs_clock_at_start(path.cap > 1),
+        );
+        if times.passed() {
+            return Err(times.refuse(policy, &path, span, refuse));
         }
         // Enclosing layers ask the budget nearest the dependency before
         // they retry, whichever layer it belongs to.
         if path.nested {
             frame::report_budget(deps.budget());
         }
-        telemetry::entered(span, start, deadline);
+        telemetry::entered(span, times.at, times.deadline);
         Ok(Call {
+            policy,
+            classify,
+            deps,
+            deadline: times.deadline,
+            own_deadline: times.own_deadline,
+            clocked: times.clocked,
+            start: times.at,
+            path,
+            began: telemetry::began(times.at),
+            _in_flight: in_flight,
+        })
+    }
+
+    /// The call begun as `start` says, with its classifier and parts.
+    #[inline(always)]
+    fn resume(policy: &'static Policy, classify: C, deps: DepsRef, start: Start) -> Self {
+        let Start {
+            deadline,
+            own_deadline,
+            clocked,
+            start,
+            path,
+            in_flight,
+            began,
+        } = start;
+        Call {
             policy,
             classify,
             deps,
@@ -321,9 +447,9 @@ impl<C> Call<C> {
             clocked,
             start,
             path,
-            began: telemetry::began(start),
+            began,
             _in_flight: in_flight,
-        })
+        }
     }
 
     /// Runs one attempt under the breaker, throttle and bulkhead, with its
@@ -421,7 +547,7 @@ impl<C> Call<C> {
         admission: Admission<'_>,
         attempt_deadline: Option<Instant>,
         attempt_began: Began,
-        result: Result<(Result<T, E>, FrameEnd), FrameEnd>,
+        result: BodyEnd<T, E>,
     ) -> Attempted<T, E>
     where
         C: Fn(&E) -> V,
@@ -656,11 +782,6 @@ struct CutAttempt {
 
 impl CutAttempt {
     fn disarm(mut self) {
-        self.armed = false;
-    }
-
-    /// Disarms a guard kept in a pinned state, which drops it later.
-    fn disarm_in_place(&mut self) {
         self.armed = false;
     }
 }
@@ -1084,7 +1205,7 @@ where
 /// The retry loop of a call handed over by the lean path ([`lean`]) after
 /// its first attempt failed: it goes on exactly as [`retry_loop`] would.
 async fn retry_resumed<R, C, V, F, Fut>(
-    resumed: Box<Resumed<C, R::Ok, R::Error>>,
+    resumed: Resumed<C, R::Ok, R::Error>,
     refuse: fn(Error) -> R::Error,
     describe: Describe<R::Error>,
     mut attempt: F,
@@ -1100,7 +1221,7 @@ where
         call,
         span,
         attempted,
-    } = *resumed;
+    } = resumed;
     let policy = call.policy;
     let mut first = Some(attempted);
     retry_decisions!(

@@ -197,6 +197,12 @@ pub(crate) struct FrameEnd {
 }
 
 impl Frame {
+    /// No frame: a placeholder until an attempt starts.
+    pub(crate) const IDLE: Frame = Frame {
+        slot: Slot::EMPTY,
+        budget: None,
+    };
+
     /// The frame of one attempt, which counts as reaching `base + 1`.
     #[inline]
     pub(crate) fn attempt(
@@ -282,10 +288,30 @@ impl Frame {
         }
     }
 
+    /// The task's deadline inside the frame: an attempt's own.
+    #[inline]
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        self.slot.deadline
+    }
+
+    /// What the frame collected, for a frame kept in place: its budget is
+    /// taken out of it.
+    #[inline]
+    pub(crate) fn take_end(&mut self) -> FrameEnd {
+        FrameEnd {
+            high: self.slot.high,
+            gave_up: self.slot.gave_up,
+            timer_refused: self.slot.timer_refused,
+            budget: self.budget.take(),
+            transparent: self.slot.transparent,
+            deadline: self.slot.deadline,
+        }
+    }
+
     /// Runs `f` with this frame as the current one, and takes back what it
     /// collected, also if `f` panics.
     #[inline(always)]
-    fn enter<R>(&mut self, f: impl FnOnce() -> R) -> R {
+    pub(crate) fn enter<R>(&mut self, f: impl FnOnce() -> R) -> R {
         struct Restore<'a> {
             frame: &'a mut Frame,
             outer: Slot,

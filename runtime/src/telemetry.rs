@@ -138,7 +138,7 @@ impl<E> fmt::Display for Shown<'_, E> {
 }
 
 /// When something began, for a duration metric; nothing without `metrics`.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Began(#[cfg(feature = "metrics")] Instant);
 
 /// The start of a call or attempt: `known` if the engine read the clock

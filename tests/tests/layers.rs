@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
 
 use resilient::{Classification, Classify, resilient};
 
@@ -313,4 +314,37 @@ async fn a_fallback_does_not_give_back_the_attempts_it_spent() {
     assert!(outer_after_fallback(&dep, &flaky, false).await.is_err());
     assert_eq!(flaky.load(Ordering::SeqCst), 1);
     assert_eq!(dep.attempts.load(Ordering::SeqCst), 4);
+}
+
+// A hanging dependency behind layers that name no part, and a timeout of
+// the user's own (not the library's, which nested calls would inherit as
+// their deadline) that cuts the middle layer while the inner one is on its
+// third attempt. The middle layer, dropped, must pass on how far the path
+// got, or the outer layer would retry from the start of the path.
+#[resilient(retries = 3, idempotent, timeout_ms = 100, base_ms = 1, cap_ms = 1)]
+async fn hangs_inner(attempts: &AtomicU32) -> Result<(), E> {
+    attempts.fetch_add(1, Ordering::SeqCst);
+    std::future::pending::<()>().await;
+    Ok(())
+}
+#[resilient(retries = 3, idempotent, base_ms = 1, cap_ms = 1)]
+async fn hangs_middle(attempts: &AtomicU32) -> Result<(), E> {
+    hangs_inner(attempts).await
+}
+#[resilient(retries = 3, idempotent, base_ms = 1, cap_ms = 1)]
+async fn hangs_outer(attempts: &AtomicU32) -> Result<(), E> {
+    let cut = Duration::from_millis(250);
+    match tokio::time::timeout(cut, hangs_middle(attempts)).await {
+        Ok(result) => result,
+        Err(_) => Err(E::Unavailable),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_layer_cut_by_the_users_own_timeout_passes_on_how_far_the_path_got() {
+    let attempts = AtomicU32::new(0);
+    assert!(hangs_outer(&attempts).await.is_err());
+    // The path allows four attempts of the dependency, however the
+    // timeouts cut the layers.
+    assert_eq!(attempts.load(Ordering::SeqCst), 4);
 }
