@@ -492,3 +492,41 @@ fn an_open_wait_a_nanosecond_over_a_day_is_shown_exactly() {
     assert!(!text.contains("= 86400000:"), "{text}");
     assert!(text.contains("86400000.000001"), "{text}");
 }
+
+/// A value that could not be read is one problem: the checks that relate
+/// it to other keys are not run against the default it left in its place
+/// (which the user never wrote).
+#[test]
+fn an_unreadable_value_is_not_also_checked_as_its_default() {
+    let cases = [
+        // The default minimum (100) is larger than this window.
+        "sliding_window_size = 10\nminimum_number_of_calls = 99999999999",
+        // This minimum is larger than the default window (100).
+        "sliding_window_size = 99999999999\nminimum_number_of_calls = 150",
+        // The default `honor_retry_after` would be fine; a wrong type is
+        // still one problem.
+        "honor_retry_after = \"yes\"\nopen_on_retry_after = true",
+    ];
+    for text in cases {
+        let err = BreakerConfig::from_toml("payments", text).expect_err(text);
+        assert_eq!(err.problems().len(), 1, "{text}: {err}");
+        let unreadable = text
+            .lines()
+            .find(|l| l.contains("99999999999") || l.contains("\"yes\""));
+        let key = unreadable.unwrap().split(" =").next().unwrap();
+        assert_eq!(err.problems()[0].key(), key, "{text}: {err}");
+    }
+    // A problem of a key that was read is still reported with it.
+    let text = "sliding_window_size = 99999999999\nfailure_rate_threshold = 150";
+    let err = BreakerConfig::from_toml("payments", text).expect_err(text);
+    assert_eq!(err.problems().len(), 2, "{text}: {err}");
+    // The same in a registry's file.
+    let file =
+        "[breakers.payments]\nsliding_window_size = 10\nminimum_number_of_calls = 99999999999";
+    let err = match resilient::Registry::builder().toml(file) {
+        Ok(builder) => builder.build().expect_err(file),
+        Err(err) => err,
+    };
+    assert_eq!(err.problems().len(), 1, "{file}: {err}");
+    assert_eq!(err.problems()[0].key(), "minimum_number_of_calls", "{err}");
+}

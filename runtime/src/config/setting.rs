@@ -326,6 +326,23 @@ pub(crate) fn deserialize<'de, D: Deserializer<'de>, T: Settings>(
     deserializer.deserialize_map(MapVisitor(std::marker::PhantomData))
 }
 
+/// The problems `config`'s checks find, less those about a key whose
+/// value could not be read (`unread`: the problems found reading): such a
+/// key holds its default, which the user did not write, so a check of it,
+/// or of another key against it (the checks name such a key in backticks),
+/// would report a value that is not in the file.
+#[cfg(feature = "toml")]
+fn checked<T: Settings>(config: &T, name: &str, unread: &[Problem]) -> Vec<Problem> {
+    let mut checks = config.problems(Some(name));
+    checks.retain(|problem| {
+        !unread.iter().any(|read| {
+            let key = read.key();
+            problem.key() == key || problem.reason().contains(&format!("`{key}`"))
+        })
+    });
+    checks
+}
+
 /// Reads the keys of one part's table in a configuration file and
 /// validates them, reporting every problem at once, each placed at its key
 /// (range problems, found once every key is read, at the key they name, or
@@ -351,7 +368,7 @@ pub(crate) fn from_located_entries<T: Settings>(
             );
         }
     }
-    for problem in config.problems(Some(name)) {
+    for problem in checked(&config, name, &problems) {
         let location = entries
             .iter()
             .find(|(key, _, _)| key == problem.key())
@@ -403,7 +420,8 @@ pub(crate) fn from_toml<T: Settings>(name: &str, text: &str) -> Result<T, crate:
             ));
         }
     }
-    problems.extend(config.problems(Some(name)));
+    let checks = checked(&config, name, &problems);
+    problems.extend(checks);
     crate::ConfigError::from_problems(problems)?;
     Ok(config)
 }
