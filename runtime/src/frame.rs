@@ -48,7 +48,18 @@ use tokio::time::Instant;
 use crate::RetryBudget;
 
 /// The frame being polled on this thread, if any (`present`).
+///
+/// `repr(C)`, in this order: the layout is fixed rather than the
+/// compiler's. A slot is copied into and out of the thread-local on every
+/// poll of an attempt, and this layout measured 12-14 % less time per call
+/// for calls without parts and 3-5 % with them than the compiler's own
+/// (10 million calls of each annotated function, the two builds
+/// alternated five times, fastest run of each taken), though it runs a
+/// few more instructions. A
+/// tighter `repr(C)` order (deadline first, 40 bytes) measured no better
+/// than the compiler's layout.
 #[derive(Debug, Clone, Copy)]
+#[repr(C)]
 struct Slot {
     present: bool,
     /// Inside an attempt of some annotated call (not only a transparent
