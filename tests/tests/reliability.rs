@@ -182,6 +182,87 @@ async fn a_siblings_fallback_does_not_erase_another_siblings_give_up() {
     );
 }
 
+// ---- A retry asks the budget of the dependency that failed ----
+
+#[resilient(budget = "spent")]
+async fn on_a_spent_budget(dep: &Flaky) -> Result<(), E> {
+    dep.call().await
+}
+
+#[resilient(budget = "roomy")]
+async fn on_a_roomy_budget(dep: &Flaky) -> Result<(), E> {
+    dep.call().await
+}
+
+#[resilient(retries = 3, idempotent, base_ms = 1, cap_ms = 1)]
+async fn joins_two_budgets(failing: &Flaky, fine: &Flaky) -> Result<(), E> {
+    // The failing call begins first; its sibling begins after it (so it
+    // reports its budget last) and succeeds.
+    let (failed, succeeded) = tokio::join!(on_a_roomy_budget(failing), on_a_spent_budget(fine));
+    succeeded?;
+    failed
+}
+
+#[resilient(retries = 3, idempotent, base_ms = 1, cap_ms = 1)]
+async fn joins_two_budgets_the_other_way(failing: &Flaky, fine: &Flaky) -> Result<(), E> {
+    let (succeeded, failed) = tokio::join!(on_a_spent_budget(fine), on_a_roomy_budget(failing));
+    succeeded?;
+    failed
+}
+
+#[resilient(retries = 3, idempotent, base_ms = 1, cap_ms = 1)]
+async fn joins_one_budget(fine: &Flaky, failing: &Flaky) -> Result<(), E> {
+    // Both on the spent budget: the succeeding call begins first and ends
+    // last, after its sibling failed.
+    let (succeeded, failed) = tokio::join!(on_a_spent_budget(fine), on_a_spent_budget(failing));
+    succeeded?;
+    failed
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_asks_the_budget_of_the_call_that_failed_not_of_a_sibling_that_succeeded() {
+    let registry = Registry::builder()
+        // Refuses every retry: no ratio, no reserve.
+        .budget(
+            "spent",
+            BudgetConfig::ratio(0.0001).min_retries_per_second(0),
+        )
+        // Allows them: the default reserve.
+        .budget("roomy", BudgetConfig::default())
+        .build()
+        .unwrap();
+    registry
+        .scope(async {
+            let failing = Flaky::failing(u32::MAX).slow(Duration::from_millis(20));
+            let fine = Flaky::failing(0);
+            assert!(joins_two_budgets(&failing, &fine).await.is_err());
+            assert_eq!(
+                failing.calls(),
+                4,
+                "the retries asked the succeeding sibling's spent budget"
+            );
+            let failing = Flaky::failing(u32::MAX).slow(Duration::from_millis(20));
+            let fine = Flaky::failing(0);
+            assert!(
+                joins_two_budgets_the_other_way(&failing, &fine)
+                    .await
+                    .is_err()
+            );
+            assert_eq!(failing.calls(), 4);
+            // A sibling on the same budget that succeeds later does not
+            // take away the failed call's report: the retry is refused.
+            let fine = Flaky::failing(0).slow(Duration::from_millis(20));
+            let failing = Flaky::failing(u32::MAX);
+            assert!(joins_one_budget(&fine, &failing).await.is_err());
+            assert_eq!(
+                failing.calls(),
+                1,
+                "retried without asking the spent budget"
+            );
+        })
+        .await;
+}
+
 // ---- Calls refused locally earn no retry budget ----
 
 #[resilient(retries = 3, idempotent, base_ms = 1, cap_ms = 1, breaker = "dep")]
