@@ -1196,15 +1196,20 @@ macro_rules! retry_decisions {
                 // layer retries: an enclosing layer's retry sends the same request
                 // down again.
                 let own = call.deps.budget_ref();
-                if let Some(nested) = nested_budget
+                let nested = nested_budget
                     .as_ref()
-                    .filter(|n| !own.is_some_and(|o| n.same(o)))
-                {
+                    .filter(|n| !own.is_some_and(|o| n.same(o)));
+                if let Some(nested) = nested {
                     if !nested.get().try_retry(now) {
                         break 'call give_up(error, "retry budget spent");
                     }
                 }
                 if !call.deps.try_retry(now) {
+                    // The retry is not made: the nested budget's grant
+                    // goes back, or each refusal here would spend it.
+                    if let Some(nested) = nested {
+                        nested.get().give_back(now);
+                    }
                     break 'call give_up(error, "retry budget spent");
                 }
                 let left = call.deadline.map(|d| d.saturating_duration_since(now));

@@ -263,6 +263,40 @@ async fn a_retry_asks_the_budget_of_the_call_that_failed_not_of_a_sibling_that_s
         .await;
 }
 
+// ---- A retry refused by one budget takes nothing from another ----
+
+#[resilient(retries = 3, idempotent, base_ms = 1, cap_ms = 1, budget = "spent")]
+async fn outer_on_a_spent_budget(dep: &Flaky) -> Result<(), E> {
+    on_a_roomy_budget(dep).await
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_the_outer_budget_refuses_gives_the_nested_budgets_grant_back() {
+    let registry = Registry::builder()
+        .budget(
+            "spent",
+            BudgetConfig::ratio(0.0001).min_retries_per_second(0),
+        )
+        .budget("roomy", BudgetConfig::default())
+        .build()
+        .unwrap();
+    registry
+        .scope(async {
+            let dep = Flaky::failing(u32::MAX);
+            for _ in 0..10 {
+                assert!(outer_on_a_spent_budget(&dep).await.is_err());
+            }
+            assert_eq!(dep.calls(), 10, "the spent budget refused every retry");
+            let roomy = Registry::current().budget("roomy").unwrap().snapshot();
+            assert_eq!(
+                (roomy.retries, roomy.granted),
+                (0, 0),
+                "retries never made were spent from the nested budget: {roomy:?}"
+            );
+        })
+        .await;
+}
+
 // ---- Calls refused locally earn no retry budget ----
 
 #[resilient(retries = 3, idempotent, base_ms = 1, cap_ms = 1, breaker = "dep")]

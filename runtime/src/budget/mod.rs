@@ -561,6 +561,17 @@ impl RetryBudget {
         allowed
     }
 
+    /// Gives back a retry granted by [`try_retry`](Self::try_retry) at
+    /// `now` that was then not made (another budget on the path refused
+    /// it). A token bucket's grant takes nothing, so it has nothing to give
+    /// back.
+    pub(crate) fn give_back(&self, now: Instant) {
+        if let Policy::Ratio { window, .. } = &self.policy {
+            window.remove(self.nanos(now), RETRIES);
+        }
+        self.granted.fetch_sub(1, Ordering::Relaxed);
+    }
+
     /// What the budget holds now.
     pub fn snapshot(&self) -> BudgetSnapshot {
         let granted = self.granted.load(Ordering::Relaxed);

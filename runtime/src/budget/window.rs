@@ -142,6 +142,31 @@ impl Window {
         true
     }
 
+    /// Takes back one event of kind `which` that this caller counted at
+    /// `now` (with [`add`](Self::add) or [`try_add`](Self::try_add)). Slot
+    /// first, total second, the reverse of counting, so a total is never
+    /// less than what the slots hold. If the event's slot has been emptied
+    /// since (a whole window later), the event already left with it and
+    /// nothing is taken; if the emptying races with this, an event of the
+    /// slot's next epoch may be taken in its place: one event leaving the
+    /// window early, the imprecision the module accepts, never a count
+    /// taken twice from the totals.
+    pub(crate) fn remove(&self, now: u64, which: usize) {
+        let epoch = now / self.width;
+        let slot = self.slot(epoch);
+        if slot.epoch.load(Ordering::Acquire) != epoch {
+            return;
+        }
+        let taken = slot.counts[which]
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |count| {
+                count.checked_sub(1)
+            })
+            .is_ok();
+        if taken {
+            self.totals[which].fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
     /// The two counts over the window ending at `now`.
     pub(crate) fn totals(&self, now: u64) -> (u64, u64) {
         self.advance(now);
