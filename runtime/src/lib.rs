@@ -72,9 +72,9 @@ pub use error::{Error, ErrorKind};
 pub use grpc_timeout::{GrpcTimeout, InvalidGrpcTimeout};
 pub use key::{IdempotencyKey, InvalidIdempotencyKey};
 pub use readiness::{PartKind, Readiness, Unavailable};
-pub use registry::{
-    AlreadyInstalled, FallbackSnapshot, Registry, RegistryBuilder, RegistrySnapshot,
-};
+#[allow(deprecated)]
+pub use registry::AlreadyInstalled;
+pub use registry::{FallbackSnapshot, Registry, RegistryBuilder, RegistrySnapshot};
 pub use report::{AttemptOutcome, AttemptRecord, Report, observe};
 #[doc = include_str!("docs/attribute.md")]
 pub use resilient_macros::resilient;

@@ -108,18 +108,26 @@ fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
 /// No longer returned: [`Registry::install`] now refuses with a
 /// [`ConfigError`], which also lists the names a strict registry lacks.
 /// Its `Display` is the problem's reason.
+#[deprecated(
+    since = "0.1.0",
+    note = "never returned: `Registry::install` refuses with a `ConfigError` instead"
+)]
 #[derive(Debug)]
 pub struct AlreadyInstalled(());
 
+/// Why a registry cannot be installed twice: the reason of the problem
+/// [`Registry::install`] refuses with.
+const ALREADY_INSTALLED: &str = "the global resilience registry is already in use: \
+    install it at start-up, before the first annotated call, and only once";
+
+#[allow(deprecated)]
 impl fmt::Display for AlreadyInstalled {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(
-            "the global resilience registry is already in use: install it at start-up, \
-             before the first annotated call, and only once",
-        )
+        f.write_str(ALREADY_INSTALLED)
     }
 }
 
+#[allow(deprecated)]
 impl std::error::Error for AlreadyInstalled {}
 
 impl Registry {
@@ -154,13 +162,7 @@ impl Registry {
             }
         }
         GLOBAL.set(self).map_err(|_| {
-            ConfigError::one(Problem::new(
-                "registry",
-                None,
-                "",
-                "",
-                AlreadyInstalled(()).to_string(),
-            ))
+            ConfigError::one(Problem::new("registry", None, "", "", ALREADY_INSTALLED))
         })
     }
 
