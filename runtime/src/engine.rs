@@ -232,39 +232,6 @@ enum Settled<E> {
     Final(E),
 }
 
-/// What a call reported to the enclosing frame of the retry budget nearest
-/// the dependency (its own, or one below it): the number of its last
-/// report there, and what the frame held before its first. The enclosing
-/// layer's retries ask the budget the frame holds when its attempt fails;
-/// a call that succeeds takes its report back, unless another call
-/// reported since, so that a sibling's success does not leave its budget
-/// to be asked about another sibling's failure.
-#[derive(Default)]
-struct Reported {
-    last: Option<u32>,
-    before: Option<BudgetRef>,
-}
-
-impl Reported {
-    /// Reports `budget`, if any.
-    fn report(&mut self, budget: Option<BudgetRef>) {
-        if let Some((before, number)) = frame::swap_budget(budget) {
-            if self.last.is_none() {
-                self.before = before;
-            }
-            self.last = Some(number);
-        }
-    }
-
-    /// The call succeeded: its report is taken back.
-    #[inline]
-    fn withdraw(self) {
-        if let Some(number) = self.last {
-            frame::withdraw_budget(number, self.before);
-        }
-    }
-}
-
 /// One call in progress: what every attempt of it shares.
 struct Call<C> {
     policy: &'static Policy,
@@ -284,9 +251,6 @@ struct Call<C> {
     /// When the call began, for its duration metric (nothing without the
     /// `metrics` feature).
     began: Began,
-    /// The budget this call reported to the enclosing frame: taken out by
-    /// the code that ends the call, which takes it back on success.
-    reported: Reported,
 }
 
 /// What a call knows once it has begun, apart from its classifier and its
@@ -444,9 +408,8 @@ impl<C> Call<C> {
         }
         // Enclosing layers ask the budget nearest the dependency before
         // they retry, whichever layer it belongs to.
-        let mut reported = Reported::default();
         if path.nested {
-            reported.report(deps.budget());
+            frame::report_budget(deps.budget());
         }
         telemetry::entered(span, times.at, times.deadline);
         Ok(Call {
@@ -460,7 +423,6 @@ impl<C> Call<C> {
             path,
             began: telemetry::began(times.at),
             _in_flight: in_flight,
-            reported,
         })
     }
 
@@ -487,7 +449,6 @@ impl<C> Call<C> {
             path,
             began,
             _in_flight: in_flight,
-            reported: Reported::default(),
         }
     }
 
@@ -700,6 +661,13 @@ impl<C> Call<C> {
     fn reach(&self, position: u32) {
         if self.path.nested {
             frame::reach(position);
+        }
+    }
+
+    /// Tells the enclosing attempt the budget nearest the dependency.
+    fn report_budget(&self, budget: Option<BudgetRef>) {
+        if self.path.nested {
+            frame::report_budget(budget);
         }
     }
 
@@ -941,21 +909,21 @@ where
     V: Into<Verdict>,
 {
     let span = telemetry::span(policy);
-    let mut call = match Call::begin(policy, &span, classify, refuse) {
+    let call = match Call::begin(policy, &span, classify, refuse) {
         Ok(call) => call,
         Err(error) => return R::from_result(Err(error)),
     };
     let attempted = call
         .attempt(&span, 1, call.path.base, call.start, make)
         .await;
-    once_end(&mut call, &span, attempted, refuse, describe)
+    once_end(&call, &span, attempted, refuse, describe)
 }
 
 /// How a call without retries ends after its one attempt: also the end of
 /// a lean call's failed attempt ([`lean`]).
 #[inline(always)]
 fn once_end<R, C, V>(
-    call: &mut Call<C>,
+    call: &Call<C>,
     span: &CallSpan,
     attempted: Attempted<R::Ok, R::Error>,
     refuse: fn(Error) -> R::Error,
@@ -966,23 +934,14 @@ where
     C: Fn(&R::Error) -> V,
     V: Into<Verdict>,
 {
-    let mut reported = std::mem::take(&mut call.reported);
-    let call = &*call;
     let policy = call.policy;
     if let Some(frame) = &attempted.frame {
         call.reach(frame.high);
+        call.report_budget(frame.budget.clone());
     }
     let result = match attempted.result {
-        Ok(value) => {
-            reported.withdraw();
-            Ok(value)
-        }
+        Ok(value) => Ok(value),
         Err(failure) => {
-            // A budget below this call, nearer the dependency that failed
-            // than its own (reported when it began), for the enclosing
-            // layer to ask before it retries.
-            let nested = attempted.frame.as_ref().and_then(|f| f.budget.clone());
-            reported.report(nested);
             let cause = failure.cause();
             let outcome = cause.outcome();
             match call.settle(failure, refuse) {
@@ -1088,7 +1047,6 @@ macro_rules! retry_decisions {
         $number:ident, $position:ident, $started:ident, $attempt:expr
     ) => {{
         let policy = $policy;
-        let mut reported = std::mem::take(&mut $call.reported);
         let call = &$call;
         let span = &$span;
         let refuse = $refuse;
@@ -1108,21 +1066,14 @@ macro_rules! retry_decisions {
                     Some(frame) => {
                         $position = $position.max(frame.high);
                         call.reach($position);
+                        call.report_budget(frame.budget.clone());
                         (frame.gave_up > 0, frame.budget)
                     }
                     None => (false, None),
                 };
                 let (error, class, cause) = match attempted.result {
-                    Ok(value) => {
-                        reported.withdraw();
-                        break 'call Ok(value);
-                    }
+                    Ok(value) => break 'call Ok(value),
                     Err(failure) => {
-                        // A budget below this call, nearer the dependency
-                        // that failed than its own (reported when it
-                        // began), for the enclosing layer to ask before it
-                        // retries (also if this call is cut while it waits).
-                        reported.report(nested_budget.clone());
                         let cause = failure.cause();
                         match call.settle(failure, refuse) {
                             Settled::Retryable(error, class) => (error, class, cause),
@@ -1238,7 +1189,7 @@ where
     V: Into<Verdict>,
 {
     let span = telemetry::span(policy);
-    let mut call = match Call::begin(policy, &span, classify, refuse) {
+    let call = match Call::begin(policy, &span, classify, refuse) {
         Ok(call) => call,
         Err(error) => return R::from_result(Err(error)),
     };
@@ -1272,7 +1223,7 @@ where
     V: Into<Verdict>,
 {
     let Resumed {
-        mut call,
+        call,
         span,
         attempted,
     } = resumed;

@@ -80,9 +80,6 @@ struct Slot {
     /// `BUDGET` holds this frame's budget: a frame without one (most) is
     /// entered and left without touching `BUDGET` at all.
     has_budget: bool,
-    /// Budgets reported into this frame so far (wrapping): tells a call
-    /// that would take its report back whether another call reported since.
-    budget_reports: u32,
 }
 
 impl Slot {
@@ -99,7 +96,6 @@ impl Slot {
         gave_up: 0,
         timer_refused: false,
         has_budget: false,
-        budget_reports: 0,
     };
 }
 
@@ -240,7 +236,6 @@ impl Frame {
                 gave_up: 0,
                 timer_refused: false,
                 has_budget: false,
-                budget_reports: 0,
             },
             budget: None,
         }
@@ -264,7 +259,6 @@ impl Frame {
                 gave_up: 0,
                 timer_refused: false,
                 has_budget: false,
-                budget_reports: 0,
             },
             budget: None,
         }
@@ -403,41 +397,10 @@ pub(crate) fn report_deadline(deadline: Option<Instant>) {
 /// Reports the retry budget nearest the dependency: deeper calls report
 /// later, so the last report wins.
 pub(crate) fn report_budget(budget: Option<BudgetRef>) {
-    let _ = swap_budget(budget);
-}
-
-/// [`report_budget`], returning the budget the enclosing frame held before
-/// and the number of this report in the frame: a call that reported and
-/// then succeeded may put the budget before back ([`withdraw_budget`]).
-/// `None` when there is nothing to report, or no frame to report to.
-pub(crate) fn swap_budget(budget: Option<BudgetRef>) -> Option<(Option<BudgetRef>, u32)> {
-    let slot = current();
-    if budget.is_none() || !slot.present {
-        return None;
+    if budget.is_some() && current().present {
+        let _ = BUDGET.try_with(|b| b.set(budget));
+        update(|s| s.has_budget = true);
     }
-    let before = BUDGET.try_with(|b| b.replace(budget)).ok().flatten();
-    let number = slot.budget_reports.wrapping_add(1);
-    update(|s| {
-        s.has_budget = true;
-        s.budget_reports = number;
-    });
-    // The cell holds a budget only while its frame has one.
-    Some((before.filter(|_| slot.has_budget), number))
-}
-
-/// A call that succeeded takes back its report (number `number`): the
-/// enclosing frame's retries are for failures, and should ask the budget
-/// of a call that failed, not of one that succeeded. If no call reported
-/// since, the frame gets back `before`, what it held before this call's
-/// first report; otherwise the later report stands.
-pub(crate) fn withdraw_budget(number: u32, before: Option<BudgetRef>) {
-    let slot = current();
-    if !slot.present || !slot.has_budget || slot.budget_reports != number {
-        return;
-    }
-    let has_budget = before.is_some();
-    let _ = BUDGET.try_with(|b| b.set(before));
-    update(|s| s.has_budget = has_budget);
 }
 
 /// Passes what a frame learned up to the frame that encloses it: how far

@@ -301,3 +301,13 @@ fn serde_errors_name_the_key() {
             .max_wait(Duration::from_millis(20))
     );
 }
+
+/// A `kind` that could not be read is one problem: the keys of the kind the
+/// user meant are not also refused as not applying to the default kind.
+#[test]
+fn an_unreadable_budget_kind_is_not_also_checked_as_the_default_kind() {
+    let text = "kind = \"token_bukcet\"\nmax_tokens = 20\ntoken_ratio = 0.5";
+    let err = BudgetConfig::from_toml("search", text).expect_err(text);
+    assert_eq!(err.problems().len(), 1, "{err}");
+    assert_eq!(err.problems()[0].key(), "kind", "{err}");
+}

@@ -329,15 +329,19 @@ pub(crate) fn deserialize<'de, D: Deserializer<'de>, T: Settings>(
 /// The problems `config`'s checks find, less those about a key whose
 /// value could not be read (`unread`: the problems found reading): such a
 /// key holds its default, which the user did not write, so a check of it,
-/// or of another key against it (the checks name such a key in backticks),
-/// would report a value that is not in the file.
+/// or of another key against it (the checks name such a key in backticks,
+/// alone or with its value: `` `kind = "ratio"` ``), would report a value
+/// that is not in the file.
 #[cfg(feature = "toml")]
 fn checked<T: Settings>(config: &T, name: &str, unread: &[Problem]) -> Vec<Problem> {
     let mut checks = config.problems(Some(name));
     checks.retain(|problem| {
         !unread.iter().any(|read| {
             let key = read.key();
-            problem.key() == key || problem.reason().contains(&format!("`{key}`"))
+            let reason = problem.reason();
+            problem.key() == key
+                || reason.contains(&format!("`{key}`"))
+                || reason.contains(&format!("`{key} ="))
         })
     });
     checks

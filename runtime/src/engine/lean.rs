@@ -369,10 +369,9 @@ where
                 if path.observed {
                     report::record(policy.function, 1, AttemptOutcome::Succeeded, false);
                 }
-                // A success reports no budget: the enclosing layer's
-                // retries ask the budgets of calls that failed.
                 if path.nested {
                     frame::reach(path.base.max(end.high));
+                    frame::report_budget(end.budget);
                 }
                 telemetry::call_ended(policy, &start.began, CallOutcome::Success);
                 // The call is over: it leaves the work in flight and its
@@ -436,20 +435,14 @@ where
     V: Into<Verdict>,
 {
     let began = start.began;
-    let mut call = Call::resume(policy, classify, DepsRef::Static(&NO_DEPS), start);
+    let call = Call::resume(policy, classify, DepsRef::Static(&NO_DEPS), start);
     let admission = Admission::none(&NO_DEPS);
     let attempted: Attempted<R::Ok, R::Error> =
         call.conclude(&span, 1, admission, deadline, began, result);
     if !how.retrying {
         // The call ends (leaving the work in flight) before its span, a
         // parameter, closes.
-        return LeanEnd::Done(once_end(
-            &mut call,
-            &span,
-            attempted,
-            how.refuse,
-            how.describe,
-        ));
+        return LeanEnd::Done(once_end(&call, &span, attempted, how.refuse, how.describe));
     }
     LeanEnd::Handover(Handover {
         resumed: Resumed {
