@@ -671,6 +671,16 @@ impl<C> Call<C> {
         }
     }
 
+    /// Tells the enclosing attempt that this call failed, and the budget
+    /// nearest the dependency that failed: `nested`, the one below its last
+    /// attempt, else its own. The enclosing layer's retry asks that budget,
+    /// not one a sibling that succeeded reported.
+    fn report_failed_budget(&self, nested: Option<BudgetRef>) {
+        if self.path.nested {
+            frame::report_failed_budget(nested.or_else(|| self.deps.budget()));
+        }
+    }
+
     /// Records an attempt in the report, when the call is observed.
     fn record(&self, number: u32, outcome: AttemptOutcome, may_have_taken_effect: bool) {
         if self.path.observed {
@@ -935,9 +945,13 @@ where
     V: Into<Verdict>,
 {
     let policy = call.policy;
+    let nested = attempted
+        .frame
+        .as_ref()
+        .and_then(|f| f.budgets.nearest().cloned());
     if let Some(frame) = &attempted.frame {
         call.reach(frame.high);
-        call.report_budget(frame.budget.clone());
+        call.report_budget(nested.clone());
     }
     let result = match attempted.result {
         Ok(value) => Ok(value),
@@ -980,6 +994,9 @@ where
             }
         }
     };
+    if result.is_err() {
+        call.report_failed_budget(nested);
+    }
     R::from_result(call.end(result))
 }
 
@@ -1051,6 +1068,8 @@ macro_rules! retry_decisions {
         let span = &$span;
         let refuse = $refuse;
         let describe = $describe;
+        // The budget below the last attempt, nearest the dependency.
+        let mut last_nested: Option<BudgetRef>;
         // One block, not a nested `async fn`: see `once_described` on nesting.
         let result: Result<R::Ok, (R::Error, CallOutcome)> = 'call: {
             let mut delays = policy.backoff.delays();
@@ -1066,11 +1085,13 @@ macro_rules! retry_decisions {
                     Some(frame) => {
                         $position = $position.max(frame.high);
                         call.reach($position);
-                        call.report_budget(frame.budget.clone());
-                        (frame.gave_up > 0, frame.budget)
+                        let nested = frame.budgets.nearest().cloned();
+                        call.report_budget(nested.clone());
+                        (frame.gave_up > 0, nested)
                     }
                     None => (false, None),
                 };
+                last_nested = nested_budget.clone();
                 let (error, class, cause) = match attempted.result {
                     Ok(value) => break 'call Ok(value),
                     Err(failure) => {
@@ -1170,6 +1191,9 @@ macro_rules! retry_decisions {
                 tokio::time::sleep(delay).await;
             }
         };
+        if result.is_err() {
+            call.report_failed_budget(last_nested);
+        }
         R::from_result(call.end(result))
     }};
 }

@@ -101,10 +101,10 @@ impl Slot {
 
 thread_local! {
     static SLOT: Cell<Slot> = const { Cell::new(Slot::EMPTY) };
-    /// The budget the current frame collected: kept apart because it is
-    /// not `Copy`, and touched only while the current frame has one
+    /// The budgets the current frame collected: kept apart because they
+    /// are not `Copy`, and touched only while the current frame has one
     /// (`Slot::has_budget`).
-    static BUDGET: Cell<Option<BudgetRef>> = const { Cell::new(None) };
+    static BUDGET: Cell<Budgets> = const { Cell::new(Budgets::NONE) };
 }
 
 #[inline]
@@ -140,6 +140,35 @@ impl BudgetRef {
 
     pub(crate) fn same(&self, other: &RetryBudget) -> bool {
         std::ptr::eq(self.get(), other)
+    }
+}
+
+/// The retry budgets nested calls reported into a frame: the one nearest
+/// the dependency of the last call that failed, and the last one reported
+/// by any call (as it began, or after an attempt). A retry of the frame's
+/// attempt asks the first if there is one: the budget of what failed, not
+/// of a sibling that succeeded or was cancelled. The second serves when no
+/// call failed, when the attempt failed on its own or was cut: it covers
+/// the requests the attempt sent down, the retry would send them again.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Budgets {
+    failed: Option<BudgetRef>,
+    reported: Option<BudgetRef>,
+}
+
+impl Budgets {
+    const NONE: Budgets = Budgets {
+        failed: None,
+        reported: None,
+    };
+
+    fn is_some(&self) -> bool {
+        self.failed.is_some() || self.reported.is_some()
+    }
+
+    /// The budget a retry asks.
+    pub(crate) fn nearest(&self) -> Option<&BudgetRef> {
+        self.failed.as_ref().or(self.reported.as_ref())
     }
 }
 
@@ -189,7 +218,7 @@ pub(crate) fn deadline() -> Option<Instant> {
 #[derive(Debug)]
 pub(crate) struct Frame {
     slot: Slot,
-    budget: Option<BudgetRef>,
+    budget: Budgets,
 }
 
 /// What one attempt's frame collected.
@@ -201,8 +230,8 @@ pub(crate) struct FrameEnd {
     pub(crate) gave_up: u32,
     /// A nested call ended on this attempt's deadline.
     pub(crate) timer_refused: bool,
-    /// The budget nearest the dependency below this attempt.
-    pub(crate) budget: Option<BudgetRef>,
+    /// The budgets reported below this attempt.
+    pub(crate) budgets: Budgets,
     transparent: bool,
     deadline: Option<Instant>,
 }
@@ -211,7 +240,7 @@ impl Frame {
     /// No frame: a placeholder until an attempt starts.
     pub(crate) const IDLE: Frame = Frame {
         slot: Slot::EMPTY,
-        budget: None,
+        budget: Budgets::NONE,
     };
 
     /// The frame of one attempt, which counts as reaching `base + 1`.
@@ -237,7 +266,7 @@ impl Frame {
                 timer_refused: false,
                 has_budget: false,
             },
-            budget: None,
+            budget: Budgets::NONE,
         }
     }
 
@@ -260,7 +289,7 @@ impl Frame {
                 timer_refused: false,
                 has_budget: false,
             },
-            budget: None,
+            budget: Budgets::NONE,
         }
     }
 
@@ -284,7 +313,7 @@ impl Frame {
                 deadline,
                 ..Slot::EMPTY
             },
-            budget: None,
+            budget: Budgets::NONE,
         }
     }
 
@@ -293,7 +322,7 @@ impl Frame {
             high: self.slot.high,
             gave_up: self.slot.gave_up,
             timer_refused: self.slot.timer_refused,
-            budget: self.budget,
+            budgets: self.budget,
             transparent: self.slot.transparent,
             deadline: self.slot.deadline,
         }
@@ -313,7 +342,7 @@ impl Frame {
             high: self.slot.high,
             gave_up: self.slot.gave_up,
             timer_refused: self.slot.timer_refused,
-            budget: self.budget.take(),
+            budgets: std::mem::take(&mut self.budget),
             transparent: self.slot.transparent,
             deadline: self.slot.deadline,
         }
@@ -326,17 +355,17 @@ impl Frame {
         struct Restore<'a> {
             frame: &'a mut Frame,
             outer: Slot,
-            outer_budget: Option<BudgetRef>,
+            outer_budget: Budgets,
         }
         impl Restore<'_> {
             #[inline(always)]
             fn restore(&mut self) {
                 self.frame.slot = SLOT.with(|s| s.replace(self.outer));
                 if self.frame.slot.has_budget {
-                    self.frame.budget = BUDGET.try_with(Cell::take).ok().flatten();
+                    self.frame.budget = BUDGET.try_with(Cell::take).unwrap_or_default();
                 }
                 if self.outer.has_budget {
-                    let outer = self.outer_budget.take();
+                    let outer = std::mem::take(&mut self.outer_budget);
                     let _ = BUDGET.try_with(|b| b.set(outer));
                 }
             }
@@ -352,12 +381,13 @@ impl Frame {
         self.slot.has_budget = self.budget.is_some();
         let outer = SLOT.with(|s| s.replace(self.slot));
         let outer_budget = if outer.has_budget {
-            BUDGET.try_with(Cell::take).ok().flatten()
+            BUDGET.try_with(Cell::take).unwrap_or_default()
         } else {
-            None
+            Budgets::NONE
         };
-        if let Some(mine) = self.budget.take() {
-            let _ = BUDGET.try_with(|b| b.set(Some(mine)));
+        if self.slot.has_budget {
+            let mine = std::mem::take(&mut self.budget);
+            let _ = BUDGET.try_with(|b| b.set(mine));
         }
         let mut restore = Restore {
             frame: self,
@@ -397,10 +427,30 @@ pub(crate) fn report_deadline(deadline: Option<Instant>) {
 /// Reports the retry budget nearest the dependency: deeper calls report
 /// later, so the last report wins.
 pub(crate) fn report_budget(budget: Option<BudgetRef>) {
-    if budget.is_some() && current().present {
-        let _ = BUDGET.try_with(|b| b.set(budget));
-        update(|s| s.has_budget = true);
+    if budget.is_some() {
+        change_budgets(|budgets| budgets.reported = budget);
     }
+}
+
+/// Reports the retry budget nearest the dependency of a call that failed:
+/// the enclosing attempt's retry asks it before any other report.
+pub(crate) fn report_failed_budget(budget: Option<BudgetRef>) {
+    if budget.is_some() {
+        change_budgets(|budgets| budgets.failed = budget);
+    }
+}
+
+/// Sets a budget of the current frame, if there is one.
+fn change_budgets(set: impl FnOnce(&mut Budgets)) {
+    if !current().present {
+        return;
+    }
+    let _ = BUDGET.try_with(|cell| {
+        let mut budgets = cell.take();
+        set(&mut budgets);
+        cell.set(budgets);
+    });
+    update(|s| s.has_budget = true);
 }
 
 /// Passes what a frame learned up to the frame that encloses it: how far
@@ -409,7 +459,10 @@ pub(crate) fn report_budget(budget: Option<BudgetRef>) {
 /// give-ups and refused deadlines, whether it ended or was cancelled.
 pub(crate) fn forward(end: &FrameEnd) {
     reach(end.high);
-    if let Some(budget) = &end.budget {
+    if let Some(budget) = &end.budgets.failed {
+        report_failed_budget(Some(budget.clone()));
+    }
+    if let Some(budget) = &end.budgets.reported {
         report_budget(Some(budget.clone()));
     }
     if end.transparent {

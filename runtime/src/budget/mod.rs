@@ -563,13 +563,13 @@ impl RetryBudget {
 
     /// Gives back a retry granted by [`try_retry`](Self::try_retry) at
     /// `now` that was then not made (another budget on the path refused
-    /// it). A token bucket's grant takes nothing, so it has nothing to give
-    /// back.
+    /// it): the window forgets it. A token bucket's grant takes nothing, so
+    /// it has nothing to give back. The `granted` count, a monotonic
+    /// counter for metrics, keeps it.
     pub(crate) fn give_back(&self, now: Instant) {
         if let Policy::Ratio { window, .. } = &self.policy {
             window.remove(self.nanos(now), RETRIES);
         }
-        self.granted.fetch_sub(1, Ordering::Relaxed);
     }
 
     /// What the budget holds now.
@@ -647,7 +647,9 @@ pub struct BudgetSnapshot {
     pub remaining: u64,
     /// Token buckets: the tokens left. Ratio budgets: `None`.
     pub tokens: Option<f64>,
-    /// Retries granted since the budget was made.
+    /// Retries granted since the budget was made (a counter: it includes
+    /// grants given back when another budget on the path then refused the
+    /// retry, which `retries` and `remaining` no longer count).
     pub granted: u64,
     /// Retries refused since the budget was made.
     pub refused: u64,
