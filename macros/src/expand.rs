@@ -277,7 +277,25 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
             };
             (classify_ident.to_token_stream(), define)
         }
-        None => (quote!(#krate::__private::unclassified), TokenStream::new()),
+        // A function that needs no classification to run (no retries, no
+        // statistics) still classifies what it reports, when its error type
+        // can be: found here, where the type is concrete, by autoref
+        // specialisation (as `describe` below), without requiring it.
+        None => {
+            let probe = format_ident!("__resilient_classifier", span = Span::mixed_site());
+            let new_classify_probe = over_ret(
+                quote!(#krate::__private::ClassifyProbe::<<),
+                quote!(as #krate::__private::ReturnsResult>::Error>::new),
+            );
+            let classifier = quote_spanned! {ret_span=> {
+                #[allow(unused_imports)]
+                use #krate_at_ret::__private::{ViaClassify as _, ViaUnclassified as _};
+                #[allow(clippy::needless_borrow)]
+                let #probe = (&#new_classify_probe()).classifier();
+                #probe
+            }};
+            (classifier, TokenStream::new())
+        }
     };
 
     let name = sig.ident.to_string();

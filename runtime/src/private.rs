@@ -133,10 +133,69 @@ pub fn classification<C: ClassifierOutput>(classification: C) -> crate::classify
     classification.into_verdict()
 }
 
-/// The classifier of a function that neither retries nor keeps statistics:
-/// its failures are never looked at.
-pub fn unclassified<E: ?Sized>(_: &E) -> Classification {
-    Classification::Permanent
+/// The classifier of a function that neither retries nor keeps statistics
+/// and whose error type cannot be classified: each failure counts as
+/// permanent and as certainly not applied (nothing else is known of it).
+pub fn unclassified<E: ?Sized>(_: &E) -> crate::classify::Verdict {
+    Classification::Permanent.into()
+}
+
+/// Finds, where the error type is concrete, how a function that neither
+/// retries nor keeps statistics classifies its failures (which it needs
+/// only for what it reports: to [`observe`](crate::observe), to telemetry):
+/// `(&__private::ClassifyProbe::<E>::new()).classifier()` is
+/// [`classify_by_trait`] when `E: Classify`, else [`unclassified`], by
+/// autoref specialization as for [`DisplayProbe`]. Such a function does not
+/// require `Classify` of its error type.
+pub struct ClassifyProbe<E: ?Sized>(std::marker::PhantomData<fn(&E)>);
+
+impl<E: ?Sized> ClassifyProbe<E> {
+    /// The probe.
+    pub const fn new() -> Self {
+        ClassifyProbe(std::marker::PhantomData)
+    }
+}
+
+impl<E: ?Sized> Default for ClassifyProbe<E> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<E: ?Sized> std::fmt::Debug for ClassifyProbe<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClassifyProbe")
+    }
+}
+
+/// Chosen when the error type is `Classify`.
+pub trait ViaClassify {
+    /// The error type.
+    type Error;
+    /// Classifies by the error's `Classify` impl.
+    fn classifier(&self) -> fn(&Self::Error) -> crate::classify::Verdict;
+}
+
+impl<E: Classify> ViaClassify for ClassifyProbe<E> {
+    type Error = E;
+    fn classifier(&self) -> fn(&E) -> crate::classify::Verdict {
+        classify_by_trait::<E>
+    }
+}
+
+/// Chosen otherwise.
+pub trait ViaUnclassified {
+    /// The error type.
+    type Error;
+    /// Classifies nothing: [`unclassified`].
+    fn classifier(&self) -> fn(&Self::Error) -> crate::classify::Verdict;
+}
+
+impl<E> ViaUnclassified for &ClassifyProbe<E> {
+    type Error = E;
+    fn classifier(&self) -> fn(&E) -> crate::classify::Verdict {
+        unclassified::<E>
+    }
 }
 
 /// Checks that an argument can be handed to every attempt.

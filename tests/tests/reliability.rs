@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use resilient::{
-    AttemptOutcome, BreakerConfig, BudgetConfig, Classification, Classify, ErrorKind,
-    IdempotencyKey, Registry, State, resilient,
+    AttemptOutcome, BreakerConfig, BudgetConfig, BulkheadConfig, Classification, Classify,
+    ErrorKind, IdempotencyKey, Registry, State, resilient,
 };
 
 #[derive(Debug)]
@@ -772,4 +772,46 @@ async fn an_own_error_returned_after_a_nested_timeout_refusal_keeps_its_classifi
         other => panic!("expected the decline, got {other:?}"),
     }
     assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+// ---- A call that neither retries nor keeps statistics still classifies ----
+
+#[resilient(timeout_ms = 100)]
+async fn reset_once() -> Result<(), std::io::Error> {
+    Err(std::io::Error::from(std::io::ErrorKind::ConnectionReset))
+}
+
+#[resilient(timeout_ms = 100, bulkhead = "dep")]
+async fn reset_in_a_bulkhead() -> Result<(), std::io::Error> {
+    Err(std::io::Error::from(std::io::ErrorKind::ConnectionReset))
+}
+
+/// An error that says it may have taken effect is reported so, whatever
+/// the call's attribute: a function without retries, breaker or budget
+/// (which needs no classification to run) still classifies its error when
+/// the type can be classified, so `observe` tells the truth to the code
+/// that reconciles. (Before, such calls reported every error as permanent
+/// and certainly not applied.)
+#[tokio::test(start_paused = true)]
+async fn a_call_without_retries_or_statistics_reports_its_error_as_classified() {
+    let registry = Registry::builder()
+        .bulkhead("dep", BulkheadConfig::default())
+        .build()
+        .unwrap();
+    registry
+        .scope(async {
+            for (result, report) in [
+                resilient::observe(reset_once()).await,
+                resilient::observe(reset_in_a_bulkhead()).await,
+            ] {
+                assert!(result.is_err());
+                assert_eq!(report.attempts().len(), 1);
+                assert_eq!(
+                    report.attempts()[0].outcome,
+                    AttemptOutcome::Failed(Classification::Transient)
+                );
+                assert!(report.may_have_taken_effect(), "{report:?}");
+            }
+        })
+        .await;
 }
