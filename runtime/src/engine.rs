@@ -665,9 +665,9 @@ impl<C> Call<C> {
     }
 
     /// Tells the enclosing attempt the budget nearest the dependency.
-    fn report_budget(&self, budget: Option<BudgetRef>) {
+    fn report_budget(&self, budget: Option<&BudgetRef>) {
         if self.path.nested {
-            frame::report_budget(budget);
+            frame::report_budget(budget.cloned());
         }
     }
 
@@ -945,13 +945,11 @@ where
     V: Into<Verdict>,
 {
     let policy = call.policy;
-    let nested = attempted
-        .frame
-        .as_ref()
-        .and_then(|f| f.budgets.nearest().cloned());
+    let mut attempted = attempted;
+    let nested = attempted.frame.as_mut().and_then(|f| f.budget.take());
     if let Some(frame) = &attempted.frame {
         call.reach(frame.high);
-        call.report_budget(nested.clone());
+        call.report_budget(nested.as_ref());
     }
     let result = match attempted.result {
         Ok(value) => Ok(value),
@@ -1081,17 +1079,19 @@ macro_rules! retry_decisions {
             loop {
                 $number += 1;
                 let attempted = $attempt;
-                let (nested_gave_up, nested_budget) = match attempted.frame {
+                let nested_gave_up = match attempted.frame {
                     Some(frame) => {
                         $position = $position.max(frame.high);
                         call.reach($position);
-                        let nested = frame.budgets.nearest().cloned();
-                        call.report_budget(nested.clone());
-                        (frame.gave_up > 0, nested)
+                        last_nested = frame.budget;
+                        call.report_budget(last_nested.as_ref());
+                        frame.gave_up > 0
                     }
-                    None => (false, None),
+                    None => {
+                        last_nested = None;
+                        false
+                    }
                 };
-                last_nested = nested_budget.clone();
                 let (error, class, cause) = match attempted.result {
                     Ok(value) => break 'call Ok(value),
                     Err(failure) => {
@@ -1168,7 +1168,7 @@ macro_rules! retry_decisions {
                 // layer retries: an enclosing layer's retry sends the same request
                 // down again.
                 let own = call.deps.budget_ref();
-                let nested = nested_budget
+                let nested = last_nested
                     .as_ref()
                     .filter(|n| !own.is_some_and(|o| n.same(o)));
                 if let Some(nested) = nested {

@@ -80,6 +80,9 @@ struct Slot {
     /// `BUDGET` holds this frame's budget: a frame without one (most) is
     /// entered and left without touching `BUDGET` at all.
     has_budget: bool,
+    /// The budget is that of a nested call that failed: a later report of
+    /// a call that did not fail does not replace it.
+    budget_failed: bool,
 }
 
 impl Slot {
@@ -96,15 +99,16 @@ impl Slot {
         gave_up: 0,
         timer_refused: false,
         has_budget: false,
+        budget_failed: false,
     };
 }
 
 thread_local! {
     static SLOT: Cell<Slot> = const { Cell::new(Slot::EMPTY) };
-    /// The budgets the current frame collected: kept apart because they
-    /// are not `Copy`, and touched only while the current frame has one
+    /// The budget the current frame collected: kept apart because it is
+    /// not `Copy`, and touched only while the current frame has one
     /// (`Slot::has_budget`).
-    static BUDGET: Cell<Budgets> = const { Cell::new(Budgets::NONE) };
+    static BUDGET: Cell<Option<BudgetRef>> = const { Cell::new(None) };
 }
 
 #[inline]
@@ -140,35 +144,6 @@ impl BudgetRef {
 
     pub(crate) fn same(&self, other: &RetryBudget) -> bool {
         std::ptr::eq(self.get(), other)
-    }
-}
-
-/// The retry budgets nested calls reported into a frame: the one nearest
-/// the dependency of the last call that failed, and the last one reported
-/// by any call (as it began, or after an attempt). A retry of the frame's
-/// attempt asks the first if there is one: the budget of what failed, not
-/// of a sibling that succeeded or was cancelled. The second serves when no
-/// call failed, when the attempt failed on its own or was cut: it covers
-/// the requests the attempt sent down, the retry would send them again.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Budgets {
-    failed: Option<BudgetRef>,
-    reported: Option<BudgetRef>,
-}
-
-impl Budgets {
-    const NONE: Budgets = Budgets {
-        failed: None,
-        reported: None,
-    };
-
-    fn is_some(&self) -> bool {
-        self.failed.is_some() || self.reported.is_some()
-    }
-
-    /// The budget a retry asks.
-    pub(crate) fn nearest(&self) -> Option<&BudgetRef> {
-        self.failed.as_ref().or(self.reported.as_ref())
     }
 }
 
@@ -218,7 +193,7 @@ pub(crate) fn deadline() -> Option<Instant> {
 #[derive(Debug)]
 pub(crate) struct Frame {
     slot: Slot,
-    budget: Budgets,
+    budget: Option<BudgetRef>,
 }
 
 /// What one attempt's frame collected.
@@ -230,8 +205,16 @@ pub(crate) struct FrameEnd {
     pub(crate) gave_up: u32,
     /// A nested call ended on this attempt's deadline.
     pub(crate) timer_refused: bool,
-    /// The budgets reported below this attempt.
-    pub(crate) budgets: Budgets,
+    /// The budget a retry of this attempt asks, nearest the dependency:
+    /// that of the last nested call that failed, if one did, else the last
+    /// one reported (by any call, as it began or after an attempt). Not a
+    /// budget a sibling that succeeded or was dropped reported after a
+    /// failure; but, when nothing below failed (the attempt failed on its
+    /// own, or was cut), the budget of the requests it sent down, which
+    /// the retry sends again.
+    pub(crate) budget: Option<BudgetRef>,
+    /// `budget` is that of a nested call that failed.
+    pub(crate) budget_failed: bool,
     transparent: bool,
     deadline: Option<Instant>,
 }
@@ -240,7 +223,7 @@ impl Frame {
     /// No frame: a placeholder until an attempt starts.
     pub(crate) const IDLE: Frame = Frame {
         slot: Slot::EMPTY,
-        budget: Budgets::NONE,
+        budget: None,
     };
 
     /// The frame of one attempt, which counts as reaching `base + 1`.
@@ -265,8 +248,9 @@ impl Frame {
                 gave_up: 0,
                 timer_refused: false,
                 has_budget: false,
+                budget_failed: false,
             },
-            budget: Budgets::NONE,
+            budget: None,
         }
     }
 
@@ -288,8 +272,9 @@ impl Frame {
                 gave_up: 0,
                 timer_refused: false,
                 has_budget: false,
+                budget_failed: false,
             },
-            budget: Budgets::NONE,
+            budget: None,
         }
     }
 
@@ -313,7 +298,7 @@ impl Frame {
                 deadline,
                 ..Slot::EMPTY
             },
-            budget: Budgets::NONE,
+            budget: None,
         }
     }
 
@@ -322,7 +307,8 @@ impl Frame {
             high: self.slot.high,
             gave_up: self.slot.gave_up,
             timer_refused: self.slot.timer_refused,
-            budgets: self.budget,
+            budget: self.budget,
+            budget_failed: self.slot.budget_failed,
             transparent: self.slot.transparent,
             deadline: self.slot.deadline,
         }
@@ -342,7 +328,8 @@ impl Frame {
             high: self.slot.high,
             gave_up: self.slot.gave_up,
             timer_refused: self.slot.timer_refused,
-            budgets: std::mem::take(&mut self.budget),
+            budget: self.budget.take(),
+            budget_failed: self.slot.budget_failed,
             transparent: self.slot.transparent,
             deadline: self.slot.deadline,
         }
@@ -355,17 +342,17 @@ impl Frame {
         struct Restore<'a> {
             frame: &'a mut Frame,
             outer: Slot,
-            outer_budget: Budgets,
+            outer_budget: Option<BudgetRef>,
         }
         impl Restore<'_> {
             #[inline(always)]
             fn restore(&mut self) {
                 self.frame.slot = SLOT.with(|s| s.replace(self.outer));
                 if self.frame.slot.has_budget {
-                    self.frame.budget = BUDGET.try_with(Cell::take).unwrap_or_default();
+                    self.frame.budget = BUDGET.try_with(Cell::take).ok().flatten();
                 }
                 if self.outer.has_budget {
-                    let outer = std::mem::take(&mut self.outer_budget);
+                    let outer = self.outer_budget.take();
                     let _ = BUDGET.try_with(|b| b.set(outer));
                 }
             }
@@ -381,13 +368,12 @@ impl Frame {
         self.slot.has_budget = self.budget.is_some();
         let outer = SLOT.with(|s| s.replace(self.slot));
         let outer_budget = if outer.has_budget {
-            BUDGET.try_with(Cell::take).unwrap_or_default()
+            BUDGET.try_with(Cell::take).ok().flatten()
         } else {
-            Budgets::NONE
+            None
         };
-        if self.slot.has_budget {
-            let mine = std::mem::take(&mut self.budget);
-            let _ = BUDGET.try_with(|b| b.set(mine));
+        if let Some(mine) = self.budget.take() {
+            let _ = BUDGET.try_with(|b| b.set(Some(mine)));
         }
         let mut restore = Restore {
             frame: self,
@@ -425,32 +411,28 @@ pub(crate) fn report_deadline(deadline: Option<Instant>) {
 }
 
 /// Reports the retry budget nearest the dependency: deeper calls report
-/// later, so the last report wins.
+/// later, so the last report wins, unless a nested call that failed
+/// reported its own ([`report_failed_budget`]).
 pub(crate) fn report_budget(budget: Option<BudgetRef>) {
-    if budget.is_some() {
-        change_budgets(|budgets| budgets.reported = budget);
+    let slot = current();
+    if budget.is_some() && slot.present && !slot.budget_failed {
+        let _ = BUDGET.try_with(|b| b.set(budget));
+        update(|s| s.has_budget = true);
     }
 }
 
-/// Reports the retry budget nearest the dependency of a call that failed:
-/// the enclosing attempt's retry asks it before any other report.
+/// Reports the retry budget nearest the dependency of a nested call that
+/// failed: the enclosing attempt's retry asks it, whatever other calls
+/// report later (siblings that succeed, or are dropped), until another
+/// nested call fails.
 pub(crate) fn report_failed_budget(budget: Option<BudgetRef>) {
-    if budget.is_some() {
-        change_budgets(|budgets| budgets.failed = budget);
+    if budget.is_some() && current().present {
+        let _ = BUDGET.try_with(|b| b.set(budget));
+        update(|s| {
+            s.has_budget = true;
+            s.budget_failed = true;
+        });
     }
-}
-
-/// Sets a budget of the current frame, if there is one.
-fn change_budgets(set: impl FnOnce(&mut Budgets)) {
-    if !current().present {
-        return;
-    }
-    let _ = BUDGET.try_with(|cell| {
-        let mut budgets = cell.take();
-        set(&mut budgets);
-        cell.set(budgets);
-    });
-    update(|s| s.has_budget = true);
 }
 
 /// Passes what a frame learned up to the frame that encloses it: how far
@@ -459,11 +441,12 @@ fn change_budgets(set: impl FnOnce(&mut Budgets)) {
 /// give-ups and refused deadlines, whether it ended or was cancelled.
 pub(crate) fn forward(end: &FrameEnd) {
     reach(end.high);
-    if let Some(budget) = &end.budgets.failed {
-        report_failed_budget(Some(budget.clone()));
-    }
-    if let Some(budget) = &end.budgets.reported {
-        report_budget(Some(budget.clone()));
+    if let Some(budget) = &end.budget {
+        if end.budget_failed {
+            report_failed_budget(Some(budget.clone()));
+        } else {
+            report_budget(Some(budget.clone()));
+        }
     }
     if end.transparent {
         for _ in 0..end.gave_up {

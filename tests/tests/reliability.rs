@@ -296,6 +296,17 @@ async fn joins_three(
 }
 
 #[resilient(retries = 3, idempotent, base_ms = 1, cap_ms = 1)]
+async fn a_sibling_begins_after_the_failure(failing: &Flaky, fine: &Flaky) -> Result<(), E> {
+    let later = async {
+        tokio::time::sleep(Duration::from_millis(15)).await;
+        on_a_spent_budget(fine).await
+    };
+    let (failed, succeeded) = tokio::join!(on_a_roomy_budget(failing), later);
+    succeeded?;
+    failed
+}
+
+#[resilient(retries = 3, idempotent, base_ms = 1, cap_ms = 1)]
 async fn selects_two(failing: &Flaky, slow: &Flaky) -> Result<(), E> {
     tokio::select! {
         biased;
@@ -355,6 +366,20 @@ async fn a_retry_asks_the_failed_calls_budget_in_every_order_of_siblings() {
                 );
                 assert_eq!(failing.calls(), 4, "three siblings, swapped: {swapped}");
             }
+            // A sibling that begins (and reports its budget) after the
+            // failure does not replace the failed call's budget.
+            let failing = Flaky::failing(u32::MAX);
+            let fine = Flaky::failing(0);
+            assert!(
+                a_sibling_begins_after_the_failure(&failing, &fine)
+                    .await
+                    .is_err()
+            );
+            assert_eq!(
+                failing.calls(),
+                4,
+                "a later sibling's report replaced the failure's"
+            );
             let failing = Flaky::failing(u32::MAX);
             let slow = Flaky::failing(0).slow(Duration::from_secs(1));
             assert!(selects_two(&failing, &slow).await.is_err());

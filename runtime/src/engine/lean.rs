@@ -371,7 +371,7 @@ where
                 }
                 if path.nested {
                     frame::reach(path.base.max(end.high));
-                    frame::report_budget(end.budgets.nearest().cloned());
+                    frame::report_budget(end.budget);
                 }
                 telemetry::call_ended(policy, &start.began, CallOutcome::Success);
                 // The call is over: it leaves the work in flight and its
