@@ -281,6 +281,12 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
         // statistics) still classifies what it reports, when its error type
         // can be: found here, where the type is concrete, by autoref
         // specialisation (as `describe` below), without requiring it.
+        // Not when the error type may borrow (see `may_borrow`): there the
+        // probe could pick an impl for `'static` only and fail to compile.
+        None if may_borrow(error_type(ret)) => (
+            quote_spanned!(ret_span=> #krate_at_ret::__private::unclassified),
+            TokenStream::new(),
+        ),
         None => {
             let probe = format_ident!("__resilient_classifier", span = Span::mixed_site());
             let new_classify_probe = over_ret(
@@ -291,7 +297,7 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
                 #[allow(unused_imports)]
                 use #krate_at_ret::__private::{ViaClassify as _, ViaUnclassified as _};
                 #[allow(clippy::needless_borrow)]
-                let #probe = (&#new_classify_probe()).classifier();
+                let #probe = (&#new_classify_probe()).__resilient_classifier();
                 #probe
             }};
             (classifier, TokenStream::new())
@@ -370,13 +376,15 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
     // How telemetry shows the function's error: by its `Display` when the
     // named error type has one (found here, where the type is concrete, by
     // autoref specialisation), else by its type name.
-    let describe = {
+    let describe = if may_borrow(error_type(ret)) {
+        quote!(::core::option::Option::None)
+    } else {
         let probe = format_ident!("__resilient_describe", span = Span::mixed_site());
         quote_spanned! {ret_span=> {
             #[allow(unused_imports)]
             use #krate_at_ret::__private::{ViaDisplay as _, ViaTypeName as _};
             #[allow(clippy::needless_borrow)]
-            let #probe = (&#new_probe()).describer();
+            let #probe = (&#new_probe()).__resilient_describer();
             #probe
         }}
     };
@@ -475,6 +483,60 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
 /// block, so a one-line body (`{ g().await }`) does not become `{ { … } }`,
 /// which rustc warns about (`unused_braces`) in the user's code; its inner
 /// attributes (`#![allow(…)]`) stay first.
+/// The error type's tokens, where the return type spells it
+/// (`Result<T, E>`, by any path), else the whole return type (an alias such
+/// as `io::Result<T>` or `MyResult<'a, T>`).
+fn error_type(ret: &syn::Type) -> &dyn ToTokens {
+    if let syn::Type::Path(path) = ret {
+        if let Some(last) = path.path.segments.last() {
+            if let syn::PathArguments::AngleBracketed(args) = &last.arguments {
+                let types: Vec<&syn::Type> = args
+                    .args
+                    .iter()
+                    .filter_map(|a| match a {
+                        syn::GenericArgument::Type(t) => Some(t),
+                        _ => None,
+                    })
+                    .collect();
+                if last.ident == "Result" && args.args.len() == 2 && types.len() == 2 {
+                    return types[1];
+                }
+            }
+        }
+    }
+    ret
+}
+
+/// Whether these tokens may name a borrowed type: a reference, or a
+/// lifetime other than `'static`. The probes that find, where the error
+/// type is concrete, whether it implements `Classify` or `Display` pick an
+/// impl by method lookup, which ignores lifetimes: given an impl for
+/// `Error<'static>` only, it would pick it for `Error<'a>` and then fail to
+/// compile (`'a` must outlive `'static`). So a borrowing error type is not
+/// probed (it is classified as permanent, shown by its type name). A
+/// lifetime elided without `'_` (`Error` for `Error<'_>`) cannot be seen
+/// here; the README says so.
+fn may_borrow(tokens: &dyn ToTokens) -> bool {
+    fn walk(stream: TokenStream) -> bool {
+        let mut tokens = stream.into_iter().peekable();
+        while let Some(token) = tokens.next() {
+            let borrows = match token {
+                TokenTree::Group(g) => walk(g.stream()),
+                TokenTree::Punct(p) if p.as_char() == '&' => true,
+                TokenTree::Punct(p) if p.as_char() == '\'' && p.spacing() == Spacing::Joint => {
+                    matches!(tokens.peek(), Some(TokenTree::Ident(name)) if name != "static")
+                }
+                _ => false,
+            };
+            if borrows {
+                return true;
+            }
+        }
+        false
+    }
+    walk(tokens.to_token_stream())
+}
+
 fn attempt_block(body: &Group, destructures: &[TokenStream], ret: &syn::Type) -> Group {
     let tokens: Vec<TokenTree> = body.stream().into_iter().collect();
     let mut inner_attrs = 0;
@@ -692,5 +754,31 @@ fn rename_self_in_format(literal: proc_macro2::Literal) -> proc_macro2::Literal 
             new
         }
         Err(_) => literal,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{error_type, may_borrow};
+
+    fn borrows(ret: &str) -> bool {
+        let ret: syn::Type = syn::parse_str(ret).unwrap();
+        may_borrow(error_type(&ret))
+    }
+
+    #[test]
+    fn only_an_error_type_that_may_borrow_is_not_probed() {
+        // The error type is spelled: only it counts.
+        assert!(!borrows("Result<&'a str, std::io::Error>"));
+        assert!(!borrows("std::result::Result<Vec<&'a u8>, MyError>"));
+        assert!(!borrows("Result<u32, MyError<'static>>"));
+        assert!(borrows("Result<u32, MyError<'a>>"));
+        assert!(borrows("Result<u32, MyError<'_>>"));
+        assert!(borrows("Result<u32, &'static str>"));
+        assert!(borrows("Result<u32, Box<dyn std::error::Error + 'a>>"));
+        // An alias: the whole type counts.
+        assert!(!borrows("std::io::Result<u32>"));
+        assert!(borrows("MyResult<'a, u32>"));
+        assert!(borrows("io::Result<&'a str>"));
     }
 }

@@ -40,7 +40,7 @@ pub fn fallback_served(policy: &'static Policy) {
 }
 
 /// Finds, where the error type is concrete, how telemetry shows it:
-/// `(&__private::DisplayProbe::<E>::new()).describer()` is
+/// `(&__private::DisplayProbe::<E>::new()).__resilient_describer()` is
 /// `Some(display)` when `E: Display`, else `None` (autoref
 /// specialization: the `Display` impl is on the probe itself, the fallback
 /// on a reference to it, so method lookup tries the first one first).
@@ -72,12 +72,12 @@ pub trait ViaDisplay {
     /// The error type.
     type Error;
     /// Shows the error through its `Display`.
-    fn describer(&self) -> Describe<Self::Error>;
+    fn __resilient_describer(&self) -> Describe<Self::Error>;
 }
 
 impl<E: std::fmt::Display> ViaDisplay for DisplayProbe<E> {
     type Error = E;
-    fn describer(&self) -> Describe<E> {
+    fn __resilient_describer(&self) -> Describe<E> {
         fn show<E: std::fmt::Display>(error: &E) -> &dyn std::fmt::Display {
             error
         }
@@ -90,12 +90,12 @@ pub trait ViaTypeName {
     /// The error type.
     type Error;
     /// Nothing: telemetry shows the error's type name.
-    fn describer(&self) -> Describe<Self::Error>;
+    fn __resilient_describer(&self) -> Describe<Self::Error>;
 }
 
 impl<E> ViaTypeName for &DisplayProbe<E> {
     type Error = E;
-    fn describer(&self) -> Describe<E> {
+    fn __resilient_describer(&self) -> Describe<E> {
         None
     }
 }
@@ -143,7 +143,7 @@ pub fn unclassified<E: ?Sized>(_: &E) -> crate::classify::Verdict {
 /// Finds, where the error type is concrete, how a function that neither
 /// retries nor keeps statistics classifies its failures (which it needs
 /// only for what it reports: to [`observe`](crate::observe), to telemetry):
-/// `(&__private::ClassifyProbe::<E>::new()).classifier()` is
+/// `(&__private::ClassifyProbe::<E>::new()).__resilient_classifier()` is
 /// [`classify_by_trait`] when `E: Classify`, else [`unclassified`], by
 /// autoref specialization as for [`DisplayProbe`]. Such a function does not
 /// require `Classify` of its error type.
@@ -173,12 +173,12 @@ pub trait ViaClassify {
     /// The error type.
     type Error;
     /// Classifies by the error's `Classify` impl.
-    fn classifier(&self) -> fn(&Self::Error) -> crate::classify::Verdict;
+    fn __resilient_classifier(&self) -> fn(&Self::Error) -> crate::classify::Verdict;
 }
 
 impl<E: Classify> ViaClassify for ClassifyProbe<E> {
     type Error = E;
-    fn classifier(&self) -> fn(&E) -> crate::classify::Verdict {
+    fn __resilient_classifier(&self) -> fn(&E) -> crate::classify::Verdict {
         classify_by_trait::<E>
     }
 }
@@ -188,12 +188,12 @@ pub trait ViaUnclassified {
     /// The error type.
     type Error;
     /// Classifies nothing: [`unclassified`].
-    fn classifier(&self) -> fn(&Self::Error) -> crate::classify::Verdict;
+    fn __resilient_classifier(&self) -> fn(&Self::Error) -> crate::classify::Verdict;
 }
 
 impl<E> ViaUnclassified for &ClassifyProbe<E> {
     type Error = E;
-    fn classifier(&self) -> fn(&E) -> crate::classify::Verdict {
+    fn __resilient_classifier(&self) -> fn(&E) -> crate::classify::Verdict {
         unclassified::<E>
     }
 }

@@ -811,6 +811,16 @@ async fn reset_in_a_bulkhead() -> Result<(), std::io::Error> {
     Err(std::io::Error::from(std::io::ErrorKind::ConnectionReset))
 }
 
+/// A function whose success borrows: its error type, spelled out, is still
+/// probed (only a borrowing error type is not).
+#[resilient(deadline_ms = 100)]
+async fn reset_borrowing<'a>(text: &'a str) -> Result<&'a str, std::io::Error> {
+    if text.is_empty() {
+        return Ok(text);
+    }
+    Err(std::io::Error::from(std::io::ErrorKind::ConnectionReset))
+}
+
 /// An error that says it may have taken effect is reported so, whatever
 /// the call's attribute: a function without retries, breaker or budget
 /// (which needs no classification to run) still classifies its error when
@@ -828,6 +838,7 @@ async fn a_call_without_retries_or_statistics_reports_its_error_as_classified() 
             for (result, report) in [
                 resilient::observe(reset_once()).await,
                 resilient::observe(reset_in_a_bulkhead()).await,
+                resilient::observe(async { reset_borrowing("x").await.map(|_| ()) }).await,
             ] {
                 assert!(result.is_err());
                 assert_eq!(report.attempts().len(), 1);

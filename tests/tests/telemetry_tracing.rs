@@ -438,18 +438,18 @@ fn display_probe_finds_display_and_falls_back_to_the_type_name() {
     #[allow(unused_imports)]
     use resilient::__private::{DisplayProbe, ViaDisplay, ViaTypeName};
     struct NotDisplay;
-    let shown = (&DisplayProbe::<E>::new()).describer();
+    let shown = (&DisplayProbe::<E>::new()).__resilient_describer();
     let show = shown.expect("`E` is `Display`");
     assert_eq!(show(&E::Declined).to_string(), "card declined");
-    let none = (&DisplayProbe::<NotDisplay>::new()).describer();
+    let none = (&DisplayProbe::<NotDisplay>::new()).__resilient_describer();
     assert!(none.is_none());
     // As the expansion would name the type: through the return type.
     type Ret = Result<u32, E>;
     type RetNot = Result<u32, NotDisplay>;
     use resilient::__private::ReturnsResult;
-    let shown = (&DisplayProbe::<<Ret as ReturnsResult>::Error>::new()).describer();
+    let shown = (&DisplayProbe::<<Ret as ReturnsResult>::Error>::new()).__resilient_describer();
     assert!(shown.is_some());
-    let none = (&DisplayProbe::<<RetNot as ReturnsResult>::Error>::new()).describer();
+    let none = (&DisplayProbe::<<RetNot as ReturnsResult>::Error>::new()).__resilient_describer();
     assert!(none.is_none());
 }
 
@@ -467,7 +467,7 @@ async fn display_of_the_error_when_the_call_site_knows_it() {
             ));
     let (captured, _guard) = capture(LevelFilter::TRACE);
     let fails = AtomicU32::new(10);
-    let describe = resilient::__private::DisplayProbe::<E>::new().describer();
+    let describe = resilient::__private::DisplayProbe::<E>::new().__resilient_describer();
     let result: Result<u32, E> = retry_described(
         &POLICY,
         classify_by_trait,
