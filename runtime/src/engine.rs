@@ -674,10 +674,17 @@ impl<C> Call<C> {
     /// Tells the enclosing attempt that this call failed, and the budget
     /// nearest the dependency that failed: `nested`, the one below its last
     /// attempt, else its own. The enclosing layer's retry asks that budget,
-    /// not one a sibling that succeeded reported.
+    /// not one a sibling that succeeded reported. A call with a fallback
+    /// does not fail its caller (the fallback answers): its budget is
+    /// reported as a sibling's that succeeded.
     fn report_failed_budget(&self, nested: Option<BudgetRef>) {
         if self.path.nested {
-            frame::report_failed_budget(nested.or_else(|| self.deps.budget()));
+            let budget = nested.or_else(|| self.deps.budget());
+            if self.policy.fallback {
+                frame::report_budget(budget);
+            } else {
+                frame::report_failed_budget(budget);
+            }
         }
     }
 

@@ -213,8 +213,6 @@ pub(crate) struct FrameEnd {
     /// own, or was cut), the budget of the requests it sent down, which
     /// the retry sends again.
     pub(crate) budget: Option<BudgetRef>,
-    /// `budget` is that of a nested call that failed.
-    pub(crate) budget_failed: bool,
     transparent: bool,
     deadline: Option<Instant>,
 }
@@ -308,7 +306,6 @@ impl Frame {
             gave_up: self.slot.gave_up,
             timer_refused: self.slot.timer_refused,
             budget: self.budget,
-            budget_failed: self.slot.budget_failed,
             transparent: self.slot.transparent,
             deadline: self.slot.deadline,
         }
@@ -329,7 +326,6 @@ impl Frame {
             gave_up: self.slot.gave_up,
             timer_refused: self.slot.timer_refused,
             budget: self.budget.take(),
-            budget_failed: self.slot.budget_failed,
             transparent: self.slot.transparent,
             deadline: self.slot.deadline,
         }
@@ -339,6 +335,9 @@ impl Frame {
     /// collected, also if `f` panics.
     #[inline(always)]
     pub(crate) fn enter<R>(&mut self, f: impl FnOnce() -> R) -> R {
+        if self.slot.transparent {
+            return self.enter_transparent(f);
+        }
         struct Restore<'a> {
             frame: &'a mut Frame,
             outer: Slot,
@@ -386,6 +385,42 @@ impl Frame {
         // budget back out of the guard).
         std::mem::forget(restore);
         out
+    }
+}
+
+impl Frame {
+    /// [`enter`](Self::enter) for a transparent frame: it shares the
+    /// enclosing frame's budget instead of collecting one, so a nested
+    /// call's report reaches the enclosing attempt when it is made, not
+    /// when the transparent frame ends (which could put an earlier
+    /// failure's budget over a later one's).
+    fn enter_transparent<R>(&mut self, f: impl FnOnce() -> R) -> R {
+        struct Restore<'a> {
+            frame: &'a mut Frame,
+            outer: Slot,
+        }
+        impl Drop for Restore<'_> {
+            fn drop(&mut self) {
+                let inner = SLOT.with(Cell::get);
+                let mut outer = self.outer;
+                if outer.present {
+                    outer.has_budget = inner.has_budget;
+                    outer.budget_failed = inner.budget_failed;
+                } else if inner.has_budget {
+                    // No frame encloses this one: what was reported inside
+                    // has no attempt to go to.
+                    let _ = BUDGET.try_with(Cell::take);
+                }
+                SLOT.with(|s| s.set(outer));
+                self.frame.slot = inner;
+            }
+        }
+        let outer = current();
+        self.slot.has_budget = outer.present && outer.has_budget;
+        self.slot.budget_failed = outer.present && outer.budget_failed;
+        SLOT.with(|s| s.set(self.slot));
+        let _restore = Restore { frame: self, outer };
+        f()
     }
 }
 
@@ -438,15 +473,16 @@ pub(crate) fn report_failed_budget(budget: Option<BudgetRef>) {
 /// Passes what a frame learned up to the frame that encloses it: how far
 /// the path got, and the budget below it, for a cancelled attempt; and, for
 /// a transparent frame (`with_deadline`, `observe`, `admitted`), also its
-/// give-ups and refused deadlines, whether it ended or was cancelled.
+/// give-ups and refused deadlines, whether it ended or was cancelled (its
+/// budget reports went up as they were made: it has none of its own).
+///
+/// A cancelled attempt's budget goes up as a plain report, even if a call
+/// inside it had failed: the cancelled call itself did not fail, so a
+/// sibling that did keeps its say over which budget a retry asks.
 pub(crate) fn forward(end: &FrameEnd) {
     reach(end.high);
     if let Some(budget) = &end.budget {
-        if end.budget_failed {
-            report_failed_budget(Some(budget.clone()));
-        } else {
-            report_budget(Some(budget.clone()));
-        }
+        report_budget(Some(budget.clone()));
     }
     if end.transparent {
         for _ in 0..end.gave_up {

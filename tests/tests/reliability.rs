@@ -405,6 +405,178 @@ async fn a_retry_asks_the_failed_calls_budget_in_every_order_of_siblings() {
         .await;
 }
 
+// The failure a retry answers is the last one of a call the attempt saw
+// fail: not a call whose fallback answered, not one a transparent frame
+// held back until it ended, not one inside a sibling that was dropped.
+
+#[resilient(budget = "spent", fallback = degrade)]
+async fn on_a_spent_budget_with_a_fallback(dep: &Flaky) -> Result<(), E> {
+    dep.call().await
+}
+
+#[resilient(retries = 3, idempotent, base_ms = 1, cap_ms = 1)]
+async fn beside_a_fallback(failing: &Flaky, degraded: &Flaky) -> Result<(), E> {
+    // The sibling with a fallback fails after the failing call, and its
+    // fallback answers: its caller saw no failure of it.
+    let (failed, served) = tokio::join!(
+        on_a_roomy_budget(failing),
+        on_a_spent_budget_with_a_fallback(degraded)
+    );
+    served?;
+    failed
+}
+
+#[resilient(retries = 3, idempotent, base_ms = 1, cap_ms = 1)]
+async fn beside_a_transparent_frame(
+    failing: &Flaky,
+    first: &Flaky,
+    in_observe: bool,
+) -> Result<(), E> {
+    // `first` fails at 10 ms inside a frame that ends at 60 ms; the failing
+    // call fails after it, at 20 ms: the last failure is the failing call's.
+    let inner = async {
+        let _ = on_a_spent_budget(first).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let framed = async {
+        if in_observe {
+            resilient::observe(inner).await;
+        } else {
+            resilient::with_deadline(Duration::from_secs(10), inner)
+                .await
+                .unwrap();
+        }
+    };
+    let (failed, ()) = tokio::join!(on_a_roomy_budget(failing), framed);
+    failed
+}
+
+#[resilient(retries = 3, idempotent, base_ms = 1, cap_ms = 1)]
+async fn failed_in_a_frame_then_a_sibling(
+    failing: &Flaky,
+    fine: &Flaky,
+    in_observe: bool,
+) -> Result<(), E> {
+    // The failing call fails at 10 ms inside a frame; a sibling on the
+    // spent budget begins after it, at 15 ms, and succeeds.
+    let framed = async {
+        if in_observe {
+            resilient::observe(on_a_roomy_budget(failing)).await.0
+        } else {
+            resilient::with_deadline(Duration::from_secs(10), on_a_roomy_budget(failing))
+                .await
+                .unwrap()
+        }
+    };
+    let later = async {
+        tokio::time::sleep(Duration::from_millis(15)).await;
+        on_a_spent_budget(fine).await
+    };
+    let (failed, succeeded) = tokio::join!(framed, later);
+    succeeded?;
+    failed
+}
+
+#[resilient(deadline_ms = 60000)]
+async fn fails_inside_then_hangs_lean(dep: &Flaky) -> Result<(), E> {
+    let _ = on_a_spent_budget(dep).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    Ok(())
+}
+
+#[resilient(deadline_ms = 60000, bulkhead = "dep")]
+async fn fails_inside_then_hangs_general(dep: &Flaky) -> Result<(), E> {
+    let _ = on_a_spent_budget(dep).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    Ok(())
+}
+
+#[resilient(retries = 3, idempotent, base_ms = 1, cap_ms = 1)]
+async fn beside_a_dropped_call(failing: &Flaky, inner: &Flaky, general: bool) -> Result<(), E> {
+    // Inside the sibling, a call fails at 10 ms; the failing call fails at
+    // 20 ms; the sibling is dropped at 30 ms, not having failed itself.
+    let dropped = async {
+        let sibling = async {
+            if general {
+                fails_inside_then_hangs_general(inner).await
+            } else {
+                fails_inside_then_hangs_lean(inner).await
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_millis(30), sibling).await;
+    };
+    let (failed, ()) = tokio::join!(on_a_roomy_budget(failing), dropped);
+    failed
+}
+
+/// From a review of the budget's flag: a report went up as the failure of
+/// a call whose fallback answered, a transparent frame passed its failure
+/// up only when it ended (over a later failure), and a dropped call passed
+/// up a failure from inside it as its own. Each asked the spent budget,
+/// and the failing call got one attempt instead of four.
+#[tokio::test(start_paused = true)]
+async fn a_retry_asks_the_last_failed_calls_budget_through_fallbacks_frames_and_drops() {
+    let registry = Registry::builder()
+        .budget(
+            "spent",
+            BudgetConfig::ratio(0.0001).min_retries_per_second(0),
+        )
+        .budget("roomy", BudgetConfig::default())
+        .bulkhead("dep", BulkheadConfig::default())
+        .build()
+        .unwrap();
+    registry
+        .scope(async {
+            let failing = Flaky::failing(u32::MAX);
+            let degraded = Flaky::failing(u32::MAX).slow(Duration::from_millis(20));
+            assert!(beside_a_fallback(&failing, &degraded).await.is_err());
+            assert_eq!(failing.calls(), 4, "a served fallback counted as failed");
+            for in_observe in [false, true] {
+                let failing = Flaky::failing(u32::MAX).slow(Duration::from_millis(20));
+                let first = Flaky::failing(u32::MAX);
+                assert!(
+                    beside_a_transparent_frame(&failing, &first, in_observe)
+                        .await
+                        .is_err()
+                );
+                assert_eq!(
+                    failing.calls(),
+                    4,
+                    "an earlier failure in a frame won (observe: {in_observe})"
+                );
+            }
+            for in_observe in [false, true] {
+                let failing = Flaky::failing(u32::MAX);
+                let fine = Flaky::failing(0);
+                assert!(
+                    failed_in_a_frame_then_a_sibling(&failing, &fine, in_observe)
+                        .await
+                        .is_err()
+                );
+                assert_eq!(
+                    failing.calls(),
+                    4,
+                    "a failure in a frame lost to a later success (observe: {in_observe})"
+                );
+            }
+            for general in [false, true] {
+                let failing = Flaky::failing(u32::MAX).slow(Duration::from_millis(20));
+                let inner = Flaky::failing(u32::MAX);
+                assert!(
+                    beside_a_dropped_call(&failing, &inner, general)
+                        .await
+                        .is_err()
+                );
+                assert_eq!(
+                    failing.calls(),
+                    4,
+                    "a dropped call's inner failure won (general path: {general})"
+                );
+            }
+        })
+        .await;
+}
+
 // ---- A retry refused by one budget takes nothing from another ----
 
 #[resilient(retries = 3, idempotent, base_ms = 1, cap_ms = 1, budget = "spent")]
