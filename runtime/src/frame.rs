@@ -338,6 +338,14 @@ impl Frame {
         if self.slot.transparent {
             return self.enter_transparent(f);
         }
+        self.enter_attempt(f)
+    }
+
+    /// [`enter`](Self::enter) for an attempt's frame (never transparent),
+    /// which the lean path knows it holds: no check on its success path.
+    #[inline(always)]
+    pub(crate) fn enter_attempt<R>(&mut self, f: impl FnOnce() -> R) -> R {
+        debug_assert!(!self.slot.transparent);
         struct Restore<'a> {
             frame: &'a mut Frame,
             outer: Slot,
@@ -394,6 +402,8 @@ impl Frame {
     /// call's report reaches the enclosing attempt when it is made, not
     /// when the transparent frame ends (which could put an earlier
     /// failure's budget over a later one's).
+    #[cold]
+    #[inline(never)]
     fn enter_transparent<R>(&mut self, f: impl FnOnce() -> R) -> R {
         struct Restore<'a> {
             frame: &'a mut Frame,

@@ -221,7 +221,7 @@ pin_project! {
             let this = this.project();
             if this.body.is_some() {
                 let mut body = this.body;
-                this.frame.enter(|| body.set(None));
+                this.frame.enter_attempt(|| body.set(None));
                 frame::forward(&this.frame.take_end());
                 if this.start.as_ref().is_some_and(|start| start.path.observed) {
                     report::record(this.policy.function, 1, AttemptOutcome::Cancelled, true);
@@ -324,10 +324,12 @@ where
             #[cfg(not(feature = "tracing"))]
             let _ = span;
             let mut body = this.body.as_mut();
-            let polled = this.frame.enter(|| match body.as_mut().as_pin_mut() {
-                Some(body) => body.poll(cx),
-                None => unreachable!("the body runs while the call has begun"),
-            });
+            let polled = this
+                .frame
+                .enter_attempt(|| match body.as_mut().as_pin_mut() {
+                    Some(body) => body.poll(cx),
+                    None => unreachable!("the body runs while the call has begun"),
+                });
             match polled {
                 Poll::Ready(out) => Ok(out),
                 Poll::Pending => {
@@ -346,7 +348,7 @@ where
                         Poll::Ready(()) => {
                             // Cut: the body is dropped inside its frame, so
                             // nested calls report how far they got.
-                            this.frame.enter(|| body.set(None));
+                            this.frame.enter_attempt(|| body.set(None));
                             Err(())
                         }
                     }
