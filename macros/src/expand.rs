@@ -281,12 +281,12 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
         // statistics) still classifies what it reports, when its error type
         // can be: found here, where the type is concrete, by autoref
         // specialisation (as `describe` below), without requiring it.
-        // Not when the error type may borrow (see `may_borrow`): there the
-        // probe could pick an impl for `'static` only and fail to compile.
-        None if may_borrow(error_type(ret)) => (
-            quote_spanned!(ret_span=> #krate_at_ret::__private::unclassified),
-            TokenStream::new(),
-        ),
+        // Method lookup ignores lifetimes: an error type `E<'a>` whose only
+        // impl is for `E<'static>` fails to compile here (attribute.md says
+        // how to fix it). Guessing from the tokens which types may borrow
+        // was tried and dropped: it missed `Self` and aliases, and silently
+        // stopped classifying common types (`E<'a>` with `impl Classify
+        // for E<'_>`, aliases over borrowed success types).
         None => {
             let probe = format_ident!("__resilient_classifier", span = Span::mixed_site());
             let new_classify_probe = over_ret(
@@ -376,9 +376,7 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
     // How telemetry shows the function's error: by its `Display` when the
     // named error type has one (found here, where the type is concrete, by
     // autoref specialisation), else by its type name.
-    let describe = if may_borrow(error_type(ret)) {
-        quote!(::core::option::Option::None)
-    } else {
+    let describe = {
         let probe = format_ident!("__resilient_describe", span = Span::mixed_site());
         quote_spanned! {ret_span=> {
             #[allow(unused_imports)]
@@ -430,13 +428,18 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
                 let call_fallback = quote_spanned! {fallback_span=>
                     #krate_at_fallback::__private::fallback::<#ret, _>(#path(#(#call_args,)* #final_error)).await
                 };
+                let held = format_ident!("__resilient_held", span = Span::mixed_site());
+                let answer = format_ident!("__resilient_answer", span = Span::mixed_site());
+                let is_failure = qualified("is_failure");
                 quote_spanned! {ret_span=>
                     async {
                         match #engine.await {
                             ::core::result::Result::Ok(#value) => #from_result(::core::result::Result::Ok(#value)),
                             ::core::result::Result::Err(#error) => {
-                                #krate::__private::fallback_served(&#policy_ident);
-                                #call_fallback
+                                let #held = #krate::__private::fallback_served(&#policy_ident);
+                                let #answer = #call_fallback;
+                                #krate::__private::fallback_ended(#held, #is_failure(&#answer));
+                                #answer
                             }
                         }
                     }.await
@@ -483,60 +486,6 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
 /// block, so a one-line body (`{ g().await }`) does not become `{ { … } }`,
 /// which rustc warns about (`unused_braces`) in the user's code; its inner
 /// attributes (`#![allow(…)]`) stay first.
-/// The error type's tokens, where the return type spells it
-/// (`Result<T, E>`, by any path), else the whole return type (an alias such
-/// as `io::Result<T>` or `MyResult<'a, T>`).
-fn error_type(ret: &syn::Type) -> &dyn ToTokens {
-    if let syn::Type::Path(path) = ret {
-        if let Some(last) = path.path.segments.last() {
-            if let syn::PathArguments::AngleBracketed(args) = &last.arguments {
-                let types: Vec<&syn::Type> = args
-                    .args
-                    .iter()
-                    .filter_map(|a| match a {
-                        syn::GenericArgument::Type(t) => Some(t),
-                        _ => None,
-                    })
-                    .collect();
-                if last.ident == "Result" && args.args.len() == 2 && types.len() == 2 {
-                    return types[1];
-                }
-            }
-        }
-    }
-    ret
-}
-
-/// Whether these tokens may name a borrowed type: a reference, or a
-/// lifetime other than `'static`. The probes that find, where the error
-/// type is concrete, whether it implements `Classify` or `Display` pick an
-/// impl by method lookup, which ignores lifetimes: given an impl for
-/// `Error<'static>` only, it would pick it for `Error<'a>` and then fail to
-/// compile (`'a` must outlive `'static`). So a borrowing error type is not
-/// probed (it is classified as permanent, shown by its type name). A
-/// lifetime elided without `'_` (`Error` for `Error<'_>`) cannot be seen
-/// here; the README says so.
-fn may_borrow(tokens: &dyn ToTokens) -> bool {
-    fn walk(stream: TokenStream) -> bool {
-        let mut tokens = stream.into_iter().peekable();
-        while let Some(token) = tokens.next() {
-            let borrows = match token {
-                TokenTree::Group(g) => walk(g.stream()),
-                TokenTree::Punct(p) if p.as_char() == '&' => true,
-                TokenTree::Punct(p) if p.as_char() == '\'' && p.spacing() == Spacing::Joint => {
-                    matches!(tokens.peek(), Some(TokenTree::Ident(name)) if name != "static")
-                }
-                _ => false,
-            };
-            if borrows {
-                return true;
-            }
-        }
-        false
-    }
-    walk(tokens.to_token_stream())
-}
-
 fn attempt_block(body: &Group, destructures: &[TokenStream], ret: &syn::Type) -> Group {
     let tokens: Vec<TokenTree> = body.stream().into_iter().collect();
     let mut inner_attrs = 0;
@@ -754,31 +703,5 @@ fn rename_self_in_format(literal: proc_macro2::Literal) -> proc_macro2::Literal 
             new
         }
         Err(_) => literal,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{error_type, may_borrow};
-
-    fn borrows(ret: &str) -> bool {
-        let ret: syn::Type = syn::parse_str(ret).unwrap();
-        may_borrow(error_type(&ret))
-    }
-
-    #[test]
-    fn only_an_error_type_that_may_borrow_is_not_probed() {
-        // The error type is spelled: only it counts.
-        assert!(!borrows("Result<&'a str, std::io::Error>"));
-        assert!(!borrows("std::result::Result<Vec<&'a u8>, MyError>"));
-        assert!(!borrows("Result<u32, MyError<'static>>"));
-        assert!(borrows("Result<u32, MyError<'a>>"));
-        assert!(borrows("Result<u32, MyError<'_>>"));
-        assert!(borrows("Result<u32, &'static str>"));
-        assert!(borrows("Result<u32, Box<dyn std::error::Error + 'a>>"));
-        // An alias: the whole type counts.
-        assert!(!borrows("std::io::Result<u32>"));
-        assert!(borrows("MyResult<'a, u32>"));
-        assert!(borrows("io::Result<&'a str>"));
     }
 }

@@ -1,13 +1,16 @@
 // A function without retries, breaker or budget needs no `Classify` of its
 // error type, yet classifies what it reports (and shows it by `Display`)
 // when it can. Finding out must never break code that compiled without it
-// (regressions: the probes broke both cases below).
+// (regression: a user's trait with a method named like the probes' broke
+// the expansion).
 use std::fmt;
 
 use resilient::{Classification, Classify, resilient};
 
-// 1. An error type that borrows, whose `Classify` and `Display` impls are
-//    for `'static` only: the probes must not pick them for `LtErr<'a>`.
+// 1. An error type that borrows. Implemented for every lifetime, it is
+//    found; implemented for `'static` only (which the probe cannot use for
+//    `LtErr<'a>`: see ui/fail/error-type-classify-static-only.rs), the
+//    function names its classifier.
 #[derive(Debug)]
 pub enum LtErr<'a> {
     Bad(&'a str),
@@ -20,13 +23,13 @@ impl From<resilient::Error> for LtErr<'_> {
     }
 }
 
-impl Classify for LtErr<'static> {
+impl Classify for LtErr<'_> {
     fn classify(&self) -> Classification {
         Classification::Permanent
     }
 }
 
-impl fmt::Display for LtErr<'static> {
+impl fmt::Display for LtErr<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("lt error")
     }
@@ -40,6 +43,40 @@ async fn borrowed<'a>(text: &'a str) -> Result<u32, LtErr<'a>> {
 #[resilient(timeout_ms = 100)]
 async fn elided(text: &str) -> Result<u32, LtErr<'_>> {
     text.parse().map_err(|_| LtErr::Bad(text))
+}
+
+impl<'a> LtErr<'a> {
+    #[resilient(timeout_ms = 100)]
+    pub async fn parse_self(text: &'a str) -> Result<u32, Self> {
+        text.parse().map_err(|_| LtErr::Bad(text))
+    }
+}
+
+#[derive(Debug)]
+pub enum StaticOnly<'a> {
+    Bad(&'a str),
+    Resilience(resilient::Error),
+}
+
+impl From<resilient::Error> for StaticOnly<'_> {
+    fn from(e: resilient::Error) -> Self {
+        StaticOnly::Resilience(e)
+    }
+}
+
+impl Classify for StaticOnly<'static> {
+    fn classify(&self) -> Classification {
+        Classification::Permanent
+    }
+}
+
+fn permanent(_: &StaticOnly<'_>) -> Classification {
+    Classification::Permanent
+}
+
+#[resilient(deadline_ms = 100, classify = permanent)]
+async fn static_only<'a>(text: &'a str) -> Result<u32, StaticOnly<'a>> {
+    text.parse().map_err(|_| StaticOnly::Bad(text))
 }
 
 // 2. A trait of the user's, in scope, with blanket methods named like the
@@ -86,5 +123,7 @@ async fn main() {
     assert_eq!(borrowed(&text).await.unwrap(), 7);
     assert!(matches!(borrowed("x").await, Err(LtErr::Bad("x"))));
     assert_eq!(elided(&text).await.unwrap(), 7);
+    assert_eq!(LtErr::parse_self(&text).await.unwrap(), 7);
+    assert!(matches!(static_only("x").await, Err(StaticOnly::Bad("x"))));
     assert_eq!(with_helpers_in_scope().await.unwrap(), 3);
 }
