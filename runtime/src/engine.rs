@@ -675,16 +675,18 @@ impl<C> Call<C> {
     /// nearest the dependency that failed: `nested`, the one below its last
     /// attempt, else its own. The enclosing layer's retry asks that budget,
     /// not one a sibling that succeeded reported. A call with a fallback
-    /// does not fail its caller (the fallback answers): its budget is
-    /// reported as a sibling's that succeeded.
+    /// has not failed its caller yet: its budget is held for the
+    /// expansion, which reports it once the fallback has answered
+    /// (`__private::fallback_ended`).
     fn report_failed_budget(&self, nested: Option<BudgetRef>) {
-        if self.path.nested {
-            let budget = nested.or_else(|| self.deps.budget());
-            if self.policy.fallback {
-                frame::report_budget(budget);
+        if self.policy.fallback {
+            frame::hold_for_fallback(if self.path.nested {
+                nested.or_else(|| self.deps.budget())
             } else {
-                frame::report_failed_budget(budget);
-            }
+                None
+            });
+        } else if self.path.nested {
+            frame::report_failed_budget(nested.or_else(|| self.deps.budget()));
         }
     }
 

@@ -109,6 +109,21 @@ thread_local! {
     /// not `Copy`, and touched only while the current frame has one
     /// (`Slot::has_budget`).
     static BUDGET: Cell<Option<BudgetRef>> = const { Cell::new(None) };
+    /// The budget a failed call with a fallback reports, held from the
+    /// engine's end to the expansion's `fallback_served`, in the same poll:
+    /// whether it is reported as a failure's depends on what the fallback
+    /// answers.
+    static FALLBACK_BUDGET: Cell<Option<BudgetRef>> = const { Cell::new(None) };
+}
+
+/// Holds the budget of a call whose fallback is about to answer.
+pub(crate) fn hold_for_fallback(budget: Option<BudgetRef>) {
+    let _ = FALLBACK_BUDGET.try_with(|b| b.set(budget));
+}
+
+/// The budget [`hold_for_fallback`] held, taken.
+pub(crate) fn take_held_for_fallback() -> Option<BudgetRef> {
+    FALLBACK_BUDGET.try_with(Cell::take).ok().flatten()
 }
 
 #[inline]

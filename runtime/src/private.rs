@@ -29,7 +29,12 @@ pub use linkme;
 /// Metrics count the call (`outcome="fallback"`) in the engine, which knows
 /// the call has a fallback; this only traces it (WARN: a caller got a
 /// degraded answer).
-pub fn fallback_served(policy: &'static Policy) {
+///
+/// The retry budget the call's failure would report is reported as a
+/// sibling's that succeeded (the requests the call sent down); the returned
+/// value reports it as a failure's if the fallback returns an error too
+/// ([`fallback_ended`]).
+pub fn fallback_served(policy: &'static Policy) -> FallbackBudget {
     crate::Registry::current().count_fallback(policy.function());
     #[cfg(feature = "tracing")]
     tracing::warn!(
@@ -37,6 +42,23 @@ pub fn fallback_served(policy: &'static Policy) {
         function = policy.function(),
         "call failed; its fallback answers"
     );
+    let budget = crate::frame::take_held_for_fallback();
+    crate::frame::report_budget(budget.clone());
+    FallbackBudget(budget)
+}
+
+/// The retry budget of a call its fallback answers, until it has answered.
+#[derive(Debug)]
+#[must_use]
+pub struct FallbackBudget(Option<crate::frame::BudgetRef>);
+
+/// The fallback answered: with an error (`failed`), the call failed its
+/// caller after all, and an enclosing retry asks its budget (see
+/// [`fallback_served`]).
+pub fn fallback_ended(budget: FallbackBudget, failed: bool) {
+    if failed {
+        crate::frame::report_failed_budget(budget.0);
+    }
 }
 
 /// Finds, where the error type is concrete, how telemetry shows it:
@@ -230,6 +252,8 @@ pub trait ReturnsResult: Sized {
     fn into_result(self) -> Result<Self::Ok, Self::Error>;
     /// From a `Result`.
     fn from_result(result: Result<Self::Ok, Self::Error>) -> Self;
+    /// Is it an error?
+    fn is_failure(&self) -> bool;
 }
 impl<T, E> ReturnsResult for Result<T, E> {
     type Ok = T;
@@ -239,6 +263,9 @@ impl<T, E> ReturnsResult for Result<T, E> {
     }
     fn from_result(result: Self) -> Self {
         result
+    }
+    fn is_failure(&self) -> bool {
+        self.is_err()
     }
 }
 

@@ -477,6 +477,28 @@ async fn failed_in_a_frame_then_a_sibling(
     failed
 }
 
+#[resilient(budget = "roomy", fallback = pass_the_error_on_unit)]
+async fn on_a_roomy_budget_passing_the_error_on(dep: &Flaky) -> Result<(), E> {
+    dep.call().await
+}
+
+async fn pass_the_error_on_unit(_dep: &Flaky, error: E) -> Result<(), E> {
+    Err(error)
+}
+
+#[resilient(retries = 3, idempotent, base_ms = 1, cap_ms = 1)]
+async fn fallback_fails_then_a_sibling(failing: &Flaky, fine: &Flaky) -> Result<(), E> {
+    // The fallback passes the failure on at 10 ms: the call failed its
+    // caller after all. A sibling on the spent budget begins at 15 ms.
+    let later = async {
+        tokio::time::sleep(Duration::from_millis(15)).await;
+        on_a_spent_budget(fine).await
+    };
+    let (failed, succeeded) = tokio::join!(on_a_roomy_budget_passing_the_error_on(failing), later);
+    succeeded?;
+    failed
+}
+
 #[resilient(deadline_ms = 60000)]
 async fn fails_inside_then_hangs_lean(dep: &Flaky) -> Result<(), E> {
     let _ = on_a_spent_budget(dep).await;
@@ -509,10 +531,11 @@ async fn beside_a_dropped_call(failing: &Flaky, inner: &Flaky, general: bool) ->
     failed
 }
 
-/// From a review of the budget's flag: a report went up as the failure of
-/// a call whose fallback answered, a transparent frame passed its failure
-/// up only when it ended (over a later failure), and a dropped call passed
-/// up a failure from inside it as its own. Each asked the spent budget,
+/// From two reviews of the budget's flag: a report went up as the failure
+/// of a call whose fallback answered (and, in the first fix, a fallback
+/// that passed the failure on did not report it), a transparent frame
+/// passed its failure up only when it ended (over a later failure), and a
+/// dropped call passed up a failure from inside it as its own. Each asked the spent budget,
 /// and the failing call got one attempt instead of four.
 #[tokio::test(start_paused = true)]
 async fn a_retry_asks_the_last_failed_calls_budget_through_fallbacks_frames_and_drops() {
@@ -531,6 +554,18 @@ async fn a_retry_asks_the_last_failed_calls_budget_through_fallbacks_frames_and_
             let degraded = Flaky::failing(u32::MAX).slow(Duration::from_millis(20));
             assert!(beside_a_fallback(&failing, &degraded).await.is_err());
             assert_eq!(failing.calls(), 4, "a served fallback counted as failed");
+            let failing = Flaky::failing(u32::MAX);
+            let fine = Flaky::failing(0);
+            assert!(
+                fallback_fails_then_a_sibling(&failing, &fine)
+                    .await
+                    .is_err()
+            );
+            assert_eq!(
+                failing.calls(),
+                4,
+                "a fallback that passed the failure on counted as served"
+            );
             for in_observe in [false, true] {
                 let failing = Flaky::failing(u32::MAX).slow(Duration::from_millis(20));
                 let first = Flaky::failing(u32::MAX);
@@ -993,6 +1028,36 @@ async fn reset_borrowing<'a>(text: &'a str) -> Result<&'a str, std::io::Error> {
     Err(std::io::Error::from(std::io::ErrorKind::ConnectionReset))
 }
 
+/// An error type that borrows, classified for every lifetime, behind an
+/// alias: found too.
+#[derive(Debug)]
+enum Borrowing<'a> {
+    Reset(#[allow(dead_code)] &'a str),
+    Resilience(#[allow(dead_code)] resilient::Error),
+}
+
+impl From<resilient::Error> for Borrowing<'_> {
+    fn from(e: resilient::Error) -> Self {
+        Borrowing::Resilience(e)
+    }
+}
+
+impl Classify for Borrowing<'_> {
+    fn classify(&self) -> Classification {
+        Classification::Transient
+    }
+    fn may_have_taken_effect(&self) -> bool {
+        matches!(self, Borrowing::Reset(_))
+    }
+}
+
+type BorrowingResult<'a, T> = Result<T, Borrowing<'a>>;
+
+#[resilient(deadline_ms = 100)]
+async fn reset_with_a_borrowing_error<'a>(text: &'a str) -> BorrowingResult<'a, ()> {
+    Err(Borrowing::Reset(text))
+}
+
 /// An error that says it may have taken effect is reported so, whatever
 /// the call's attribute: a function without retries, breaker or budget
 /// (which needs no classification to run) still classifies its error when
@@ -1011,6 +1076,12 @@ async fn a_call_without_retries_or_statistics_reports_its_error_as_classified() 
                 resilient::observe(reset_once()).await,
                 resilient::observe(reset_in_a_bulkhead()).await,
                 resilient::observe(async { reset_borrowing("x").await.map(|_| ()) }).await,
+                resilient::observe(async {
+                    reset_with_a_borrowing_error("x")
+                        .await
+                        .map_err(|_| std::io::Error::other("borrowing"))
+                })
+                .await,
             ] {
                 assert!(result.is_err());
                 assert_eq!(report.attempts().len(), 1);
