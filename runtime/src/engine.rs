@@ -845,6 +845,12 @@ fn refused<E>(
             report::record_give_up();
         }
     }
+    if policy.fallback {
+        // Its fallback is about to answer, with no budget of this call to
+        // report: whatever an earlier call left held (it panicked between
+        // holding and handing over) must not be taken for this one's.
+        frame::hold_for_fallback(None);
+    }
     refuse(error)
 }
 

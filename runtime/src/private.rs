@@ -35,6 +35,9 @@ pub use linkme;
 /// value reports it as a failure's if the fallback returns an error too
 /// ([`fallback_ended`]).
 pub fn fallback_served(policy: &'static Policy) -> FallbackBudget {
+    // Taken before anything of the user's (a metrics recorder, a tracing
+    // layer) runs, so that a panic there cannot leave it held.
+    let budget = crate::frame::take_held_for_fallback();
     crate::Registry::current().count_fallback(policy.function());
     #[cfg(feature = "tracing")]
     tracing::warn!(
@@ -42,7 +45,6 @@ pub fn fallback_served(policy: &'static Policy) -> FallbackBudget {
         function = policy.function(),
         "call failed; its fallback answers"
     );
-    let budget = crate::frame::take_held_for_fallback();
     crate::frame::report_budget(budget.clone());
     FallbackBudget(budget)
 }

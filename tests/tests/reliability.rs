@@ -1094,3 +1094,92 @@ async fn a_call_without_retries_or_statistics_reports_its_error_as_classified() 
         })
         .await;
 }
+
+// ---- A panic between a fallback call's end and its fallback leaves nothing behind ----
+
+#[resilient(budget = "spent", fallback = pass_the_error_on_unit)]
+async fn on_a_spent_budget_passing_the_error_on(dep: &Flaky) -> Result<(), E> {
+    dep.call().await
+}
+
+#[resilient(retries = 1, idempotent, base_ms = 1, cap_ms = 1)]
+async fn a_request_whose_telemetry_panics(dep: &Flaky) -> Result<(), E> {
+    on_a_spent_budget_passing_the_error_on(dep).await
+}
+
+#[resilient(bulkhead = "missing", fallback = pass_the_error_on_unit)]
+async fn refused_at_its_start(_dep: &Flaky) -> Result<(), E> {
+    Ok(())
+}
+
+#[resilient(retries = 3, idempotent, base_ms = 1, cap_ms = 1)]
+async fn a_later_request(failing: &Flaky, unused: &Flaky) -> Result<(), E> {
+    let result = on_a_roomy_budget(failing).await;
+    let _ = refused_at_its_start(unused).await;
+    result
+}
+
+/// A tracing layer that panics when the first span closes.
+struct PanicsOnFirstClose(std::sync::atomic::AtomicBool);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for PanicsOnFirstClose {
+    fn on_close(&self, _: tracing::span::Id, _: tracing_subscriber::layer::Context<'_, S>) {
+        if !self.0.swap(true, Ordering::SeqCst) {
+            panic!("a tracing layer panics");
+        }
+    }
+}
+
+/// From a review of the fallback's budget hand-over: the engine holds a
+/// failed call's budget until the expansion hands it to the fallback, and
+/// user code runs in between (here a tracing layer, as the call's span
+/// closes). A panic there left the budget held, and a later call refused
+/// at its start (its fallback then passing the refusal on) reported it as
+/// its own failure's: an unrelated request's retry asked another
+/// request's spent budget, and was refused.
+#[test]
+fn a_budget_held_for_a_fallback_does_not_outlive_a_panic() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let layer = PanicsOnFirstClose(std::sync::atomic::AtomicBool::new(false));
+    let _subscriber = tracing::subscriber::set_default(tracing_subscriber::registry().with(layer));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    let registry = Registry::builder()
+        .strict(true)
+        .budget(
+            "spent",
+            BudgetConfig::ratio(0.0001).min_retries_per_second(0),
+        )
+        .budget("roomy", BudgetConfig::default())
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let first = Arc::new(Flaky::failing(u32::MAX));
+        let panicked = tokio::spawn(registry.clone().scope({
+            let first = Arc::clone(&first);
+            async move { a_request_whose_telemetry_panics(&first).await }
+        }))
+        .await;
+        assert!(
+            panicked.is_err_and(|e| e.is_panic()),
+            "the layer did not panic"
+        );
+        let failing = Arc::new(Flaky::failing(u32::MAX));
+        let unused = Arc::new(Flaky::failing(0));
+        let later = tokio::spawn(registry.clone().scope({
+            let (failing, unused) = (Arc::clone(&failing), Arc::clone(&unused));
+            async move { a_later_request(&failing, &unused).await }
+        }))
+        .await
+        .unwrap();
+        assert!(later.is_err());
+        assert_eq!(
+            failing.calls(),
+            4,
+            "the later request's retry asked the panicked request's budget"
+        );
+    });
+}
