@@ -519,3 +519,112 @@ async fn a_breaker_opening_is_logged_inside_the_call_that_opened_it() {
         assert_eq!(t.span, Some(spans[1]), "{t:?}");
     }
 }
+
+// ----- a panicking layer and the retry budget a fallback call holds ----------
+
+/// Fails every call after 10 ms; counts calls.
+#[derive(Default)]
+struct Down(AtomicU32);
+
+impl Down {
+    async fn call(&self) -> Result<u32, E> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        Err(E::Unavailable)
+    }
+}
+
+async fn pass_the_error_on(_dep: &Down, error: E) -> Result<u32, E> {
+    Err(error)
+}
+
+#[resilient(budget = "spent", fallback = pass_the_error_on)]
+async fn on_a_spent_budget_passing_the_error_on(dep: &Down) -> Result<u32, E> {
+    dep.call().await
+}
+
+#[resilient(retries = 1, idempotent, base_ms = 1, cap_ms = 1)]
+async fn a_request_whose_telemetry_panics(dep: &Down) -> Result<u32, E> {
+    on_a_spent_budget_passing_the_error_on(dep).await
+}
+
+#[resilient(budget = "roomy")]
+async fn on_a_roomy_budget(dep: &Down) -> Result<u32, E> {
+    dep.call().await
+}
+
+#[resilient(bulkhead = "missing", fallback = pass_the_error_on)]
+async fn refused_at_its_start(_dep: &Down) -> Result<u32, E> {
+    Ok(1)
+}
+
+#[resilient(retries = 3, idempotent, base_ms = 1, cap_ms = 1)]
+async fn a_later_request(failing: &Down, unused: &Down) -> Result<u32, E> {
+    let result = on_a_roomy_budget(failing).await;
+    let _ = refused_at_its_start(unused).await;
+    result
+}
+
+/// A layer that panics when the first span closes.
+struct PanicsOnFirstClose(std::sync::atomic::AtomicBool);
+
+impl<S: Subscriber> tracing_subscriber::Layer<S> for PanicsOnFirstClose {
+    fn on_close(&self, _: Id, _: Context<'_, S>) {
+        if !self.0.swap(true, Ordering::SeqCst) {
+            panic!("a tracing layer panics");
+        }
+    }
+}
+
+/// From a review of the fallback's budget hand-over: the engine holds a
+/// failed call's retry budget until the expansion hands it to the
+/// fallback, and user code runs in between (here a tracing layer, as the
+/// call's span closes). A panic there left the budget held, and a later
+/// call refused at its start (its fallback passing the refusal on)
+/// reported it as its own failure's: an unrelated request's retry asked
+/// the panicked request's spent budget, and was refused.
+#[test]
+fn a_budget_held_for_a_fallback_does_not_outlive_a_panicking_layer() {
+    let layer = PanicsOnFirstClose(std::sync::atomic::AtomicBool::new(false));
+    let _guard = tracing::subscriber::set_default(tracing_subscriber::registry().with(layer));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    let registry = Registry::builder()
+        .strict(true)
+        .budget(
+            "spent",
+            resilient::BudgetConfig::ratio(0.0001).min_retries_per_second(0),
+        )
+        .budget("roomy", resilient::BudgetConfig::default())
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let first = Arc::new(Down::default());
+        let panicked = tokio::spawn(registry.clone().scope({
+            let first = Arc::clone(&first);
+            async move { a_request_whose_telemetry_panics(&first).await }
+        }))
+        .await;
+        assert!(
+            panicked.is_err_and(|e| e.is_panic()),
+            "the layer did not panic"
+        );
+        let failing = Arc::new(Down::default());
+        let unused = Arc::new(Down::default());
+        let later = tokio::spawn(registry.clone().scope({
+            let (failing, unused) = (Arc::clone(&failing), Arc::clone(&unused));
+            async move { a_later_request(&failing, &unused).await }
+        }))
+        .await
+        .unwrap();
+        assert!(later.is_err());
+        assert_eq!(
+            failing.0.load(Ordering::SeqCst),
+            4,
+            "the later request's retry asked the panicked request's budget"
+        );
+    });
+}
