@@ -363,13 +363,13 @@ impl Frame {
         debug_assert!(!self.slot.transparent);
         struct Restore<'a> {
             frame: &'a mut Frame,
-            outer: Slot,
+            outer: &'a Slot,
             outer_budget: Option<BudgetRef>,
         }
         impl Restore<'_> {
             #[inline(always)]
             fn restore(&mut self) {
-                self.frame.slot = SLOT.with(|s| s.replace(self.outer));
+                self.frame.slot = SLOT.with(|s| s.replace(*self.outer));
                 if self.frame.slot.has_budget {
                     self.frame.budget = BUDGET.try_with(Cell::take).ok().flatten();
                 }
@@ -399,7 +399,7 @@ impl Frame {
         }
         let mut restore = Restore {
             frame: self,
-            outer,
+            outer: &outer,
             outer_budget,
         };
         let out = f();
