@@ -679,14 +679,15 @@ impl<C> Call<C> {
     /// expansion, which reports it once the fallback has answered
     /// (`__private::fallback_ended`).
     fn report_failed_budget(&self, nested: Option<BudgetRef>) {
+        let budget = if self.path.nested {
+            nested.or_else(|| self.deps.budget())
+        } else {
+            None
+        };
         if self.policy.fallback {
-            frame::hold_for_fallback(if self.path.nested {
-                nested.or_else(|| self.deps.budget())
-            } else {
-                None
-            });
-        } else if self.path.nested {
-            frame::report_failed_budget(nested.or_else(|| self.deps.budget()));
+            frame::hold_for_fallback(budget);
+        } else {
+            frame::report_failed_budget(budget);
         }
     }
 

@@ -409,9 +409,7 @@ impl Frame {
         std::mem::forget(restore);
         out
     }
-}
 
-impl Frame {
     /// [`enter`](Self::enter) for a transparent frame: it shares the
     /// enclosing frame's budget instead of collecting one, so a nested
     /// call's report reaches the enclosing attempt when it is made, not
