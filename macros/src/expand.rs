@@ -387,16 +387,18 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
         }}
     };
     // The call, awaited: an expression of the declared return type.
-    // A function that names no breaker, budget or bulkhead runs its first
-    // attempt on the engine's lean path (nothing to admit or record).
+    // The first attempt runs on the engine's lean path; a function that
+    // names a breaker, budget or bulkhead gets the entry that admits it
+    // there and records its outcome (and can hand a call over before its
+    // first attempt, to wait for a bulkhead slot).
     let names_parts = args.breaker.is_some() || args.budget.is_some() || args.bulkhead.is_some();
     let retry_described = engine(if names_parts {
-        "retry_described"
+        "retry_parts"
     } else {
         "retry_lean"
     });
     let once_described = engine(if names_parts {
-        "once_described"
+        "once_parts"
     } else {
         "once_lean"
     });

@@ -229,6 +229,14 @@ impl Deps {
     }
 }
 
+impl<'a> Admission<'a> {
+    /// The parts that admitted the attempt.
+    #[inline]
+    pub(crate) fn deps(&self) -> &'a Deps {
+        self.deps
+    }
+}
+
 impl Admission<'_> {
     /// The admission of a call without breaker, throttle or bulkhead.
     pub(crate) fn none(deps: &Deps) -> Admission<'_> {

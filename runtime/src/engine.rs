@@ -4,6 +4,7 @@
 
 use std::future::Future;
 use std::ops::Deref;
+use std::pin::Pin;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -23,7 +24,7 @@ use crate::shutdown::{self, InFlight};
 use crate::telemetry::{
     self, AttemptEnd, Began, CallOutcome, CallSpan, Cause, DelaySource, Describe,
 };
-use crate::{Classification, Error};
+use crate::{BreakerPermit, Classification, Error};
 
 /// The longest `Retry-After` a call without a deadline waits for. A server
 /// asking for longer ends the retry loop at once: retrying sooner than it
@@ -213,11 +214,23 @@ struct Attempted<T, E> {
     frame: Option<FrameEnd>,
 }
 
-/// A call handed over by the lean path after its first attempt.
+/// A call handed over by the lean path, with how far its first attempt got.
 struct Resumed<C, T, E> {
     call: Call<C>,
     span: CallSpan,
-    attempted: Attempted<T, E>,
+    first: First<T, E>,
+}
+
+/// How far the lean path took a handed-over call's first attempt.
+enum First<T, E> {
+    /// Made, and failed (or was refused): the engine decides what follows.
+    Attempted(Attempted<T, E>),
+    /// Through the breaker (holding its permit, for this attempt only) and
+    /// the throttle; waits for a bulkhead slot.
+    Waiting(Option<BreakerPermit<'static>>),
+    /// Not begun: the call's parts come from a registry scoped around the
+    /// task, which the lean path does not hold across polls.
+    NotBegun,
 }
 
 /// How an attempt's body ended: its output and what its frame collected,
@@ -460,12 +473,14 @@ impl<C> Call<C> {
     /// in its state, and nested layers would multiply that.
     /// `started`: the attempt's start, when already read (the first one's
     /// is the call's). `base`: the path's position before this attempt.
+    /// `decided`: how the call's parts already admitted the attempt.
     async fn attempt<T, E, V, Fut>(
         &self,
         span: &CallSpan,
         number: u32,
         base: u32,
         started: Option<Instant>,
+        decided: Option<Admit<'static>>,
         make: impl FnOnce() -> Fut,
     ) -> Attempted<T, E>
     where
@@ -475,8 +490,13 @@ impl<C> Call<C> {
     {
         let now = started.or_else(|| self.clocked.then(Instant::now));
         // Most attempts are admitted at once; only a wait for a bulkhead
-        // slot needs the asynchronous path.
-        let admitted = match self.deps.try_admit(now) {
+        // slot needs the asynchronous path. `decided`: the lean path's
+        // admission of a first attempt that waits for its slot here.
+        let admit = match decided {
+            Some(admit) => admit,
+            None => self.deps.try_admit(now),
+        };
+        let admitted = match admit {
             Admit::Ready(admitted) => admitted.map(|admission| (admission, now)),
             Admit::Wait(breaker) => {
                 let wait = self.deps.wait_for_slot(breaker, now, self.deadline);
@@ -940,7 +960,37 @@ where
         Err(error) => return R::from_result(Err(error)),
     };
     let attempted = call
-        .attempt(&span, 1, call.path.base, call.start, make)
+        .attempt(&span, 1, call.path.base, call.start, None, make)
+        .await;
+    once_end(&call, &span, attempted, refuse, describe)
+}
+
+/// A call without retries handed over by the lean path before its attempt
+/// was made ([`First::Waiting`], [`First::NotBegun`]): it goes on exactly
+/// as [`once_inner`] would. (A first attempt the lean path made ends there.)
+async fn once_resumed<R, C, V, F, Fut>(
+    resumed: Resumed<C, R::Ok, R::Error>,
+    refuse: fn(Error) -> R::Error,
+    describe: Describe<R::Error>,
+    make: F,
+) -> R
+where
+    R: ReturnsResult,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<R::Ok, R::Error>>,
+    C: Fn(&R::Error) -> V,
+    V: Into<Verdict>,
+{
+    let Resumed { call, span, first } = resumed;
+    let decided = match first {
+        First::Attempted(attempted) => {
+            return once_end(&call, &span, attempted, refuse, describe);
+        }
+        First::Waiting(breaker) => Some(Admit::Wait(breaker)),
+        First::NotBegun => None,
+    };
+    let attempted = call
+        .attempt(&span, 1, call.path.base, call.start, decided, make)
         .await;
     once_end(&call, &span, attempted, refuse, describe)
 }
@@ -1063,8 +1113,104 @@ where
         refuse,
         describe,
         make,
-        retry_resumed::<R, C, V, _, _>,
+        boxed_retry_resumed::<R, C, V, _, _>,
+        true,
+        NoParts,
     )
+}
+
+/// [`retry_described`] for a function that names a breaker, budget or
+/// bulkhead: its first attempt, admitted at once by parts cached for the
+/// call site, runs on the lean path (the `lean` module) too. A call whose
+/// first attempt waits for a bulkhead slot, or whose parts come from a
+/// registry scoped around the task, goes on in the `async` engine, held in
+/// place (no allocation).
+pub fn retry_parts<R, C, V, F, Fut>(
+    policy: &'static Policy,
+    classify: C,
+    refuse: fn(Error) -> R::Error,
+    describe: Describe<R::Error>,
+    attempt: F,
+) -> impl Future<Output = R>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = R>,
+    R: ReturnsResult,
+    C: Fn(&R::Error) -> V,
+    V: Into<Verdict>,
+{
+    let mut attempt = attempt;
+    let make = move || IntoResult::new(attempt());
+    Engine::new(
+        policy,
+        classify,
+        refuse,
+        describe,
+        make,
+        retry_resumed::<R, C, V, _, _>,
+        true,
+        Parts(None),
+    )
+}
+
+/// [`once_described`] for a function that names a breaker, budget or
+/// bulkhead: as [`retry_parts`] runs its first attempt.
+pub fn once_parts<R, C, V, M, Fut>(
+    policy: &'static Policy,
+    classify: C,
+    refuse: fn(Error) -> R::Error,
+    describe: Describe<R::Error>,
+    make: M,
+) -> impl Future<Output = R>
+where
+    M: FnOnce() -> Fut,
+    Fut: Future<Output = R>,
+    R: ReturnsResult,
+    C: Fn(&R::Error) -> V,
+    V: Into<Verdict>,
+{
+    let mut make = Some(make);
+    let make = move || {
+        let make = make
+            .take()
+            .expect("a call without retries makes one attempt");
+        IntoResult::new(make())
+    };
+    Engine::new(
+        policy,
+        classify,
+        refuse,
+        describe,
+        make,
+        once_resumed::<R, C, V, _, _>,
+        false,
+        Parts(None),
+    )
+}
+
+/// [`retry_resumed`]'s future, boxed: a call without parts is handed over
+/// only after its first attempt failed, and its lean future stays the size
+/// of that attempt, not of the whole retry loop (a future is moved at least
+/// once after it is made, and a bigger one costs a `memcpy` call per call).
+/// One allocation, on that failure path only.
+#[cold]
+#[inline(never)]
+fn boxed_retry_resumed<R, C, V, F, Fut>(
+    resumed: Resumed<C, R::Ok, R::Error>,
+    refuse: fn(Error) -> R::Error,
+    describe: Describe<R::Error>,
+    attempt: F,
+) -> Pin<Box<impl Future<Output = R>>>
+where
+    R: ReturnsResult,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<R::Ok, R::Error>>,
+    C: Fn(&R::Error) -> V,
+    V: Into<Verdict>,
+{
+    Box::pin(retry_resumed::<R, C, V, F, Fut>(
+        resumed, refuse, describe, attempt,
+    ))
 }
 
 /// The retry loop of [`retry_loop`] and [`retry_resumed`], written once:
@@ -1242,7 +1388,7 @@ where
         number,
         position,
         started,
-        call.attempt(&span, number, position, started.take(), &mut attempt)
+        call.attempt(&span, number, position, started.take(), None, &mut attempt)
             .await
     )
 }
@@ -1262,13 +1408,9 @@ where
     C: Fn(&R::Error) -> V,
     V: Into<Verdict>,
 {
-    let Resumed {
-        call,
-        span,
-        attempted,
-    } = resumed;
+    let Resumed { call, span, first } = resumed;
     let policy = call.policy;
-    let mut first = Some(attempted);
+    let mut first = Some(first);
     retry_decisions!(
         policy,
         call,
@@ -1281,12 +1423,24 @@ where
         match first.take() {
             // The first attempt used the call's start: later ones read the
             // clock again, as in `retry_loop`.
-            Some(attempted) => {
+            Some(First::Attempted(attempted)) => {
                 started.take();
                 attempted
             }
-            None => {
-                call.attempt(&span, number, position, started.take(), &mut attempt)
+            Some(First::Waiting(breaker)) => {
+                let decided = Some(Admit::Wait(breaker));
+                call.attempt(
+                    &span,
+                    number,
+                    position,
+                    started.take(),
+                    decided,
+                    &mut attempt,
+                )
+                .await
+            }
+            Some(First::NotBegun) | None => {
+                call.attempt(&span, number, position, started.take(), None, &mut attempt)
                     .await
             }
         }
@@ -1294,4 +1448,4 @@ where
 }
 
 mod lean;
-use lean::{Engine, OnceLean};
+use lean::{Engine, NoParts, OnceLean, Parts};

@@ -15,8 +15,16 @@
 //! over as it stands, with its first attempt's outcome, and goes on in a
 //! boxed `async` future exactly as if the engine had run it from the start
 //! (one allocation, on that failure path only; boxed so that the lean
-//! future stays the size of one attempt). Calls that name a part run in
-//! the `async` engine from the start.
+//! future stays the size of one attempt).
+//!
+//! A call that names a breaker, budget or bulkhead takes the same path
+//! when its parts are cached for the call site (the global registry) and
+//! admit its first attempt at once: the admission is held in place, and
+//! the success recorded in the parts as `Call::conclude` records it. A
+//! first attempt that must wait for a bulkhead slot, or a call whose parts
+//! come from a registry scoped around the task (not held across polls), is
+//! handed over before its attempt is made; for such calls the `async`
+//! future is held in place rather than boxed, so that neither allocates.
 //!
 //! Measured with `benches/callgrind.sh` (instructions per call, default
 //! features): `retries` 603 before this shape, 414 after; `deadline_ms`
@@ -28,56 +36,96 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use pin_project_lite::pin_project;
-use tokio::time::Sleep;
+use tokio::time::{Instant, Sleep};
 
-use super::{Attempted, BodyEnd, Call, DepsRef, NO_DEPS, Policy, Resumed, Start, once_end};
+use super::{
+    Attempted, BodyEnd, Call, DepsRef, Failure, First, NO_DEPS, Policy, Resumed, Start, finish_in,
+    once_end, refused,
+};
 use crate::__private::ReturnsResult;
 use crate::Error;
 use crate::classify::Verdict;
 use crate::context::earliest;
-use crate::deps::Admission;
+use crate::deps::{Admission, Admit};
 use crate::frame::{self, Frame, PathStart};
+use crate::outcome::Outcome;
 use crate::report::{self, AttemptOutcome};
 use crate::telemetry::{self, AttemptEnd, CallOutcome, CallSpan, Describe};
 
+/// Where a lean call keeps its first attempt's admission: nowhere for a
+/// call without parts ([`NoParts`], so that neither its future nor its
+/// `poll` carries any of it), in place for one with parts ([`Parts`]).
+pub(super) trait Held {
+    /// The function names a breaker, budget or bulkhead.
+    const PARTS: bool;
+    /// The admission's place, if the call has one.
+    fn slot(&mut self) -> Option<&mut Option<Admission<'static>>>;
+}
+
+/// A call without parts admits nothing.
+#[derive(Debug)]
+pub(super) struct NoParts;
+
+impl Held for NoParts {
+    const PARTS: bool = false;
+
+    #[inline(always)]
+    fn slot(&mut self) -> Option<&mut Option<Admission<'static>>> {
+        None
+    }
+}
+
+/// The admission of a call with parts, while its first attempt runs.
+#[derive(Debug)]
+pub(super) struct Parts(pub(super) Option<Admission<'static>>);
+
+impl Held for Parts {
+    const PARTS: bool = true;
+
+    #[inline(always)]
+    fn slot(&mut self) -> Option<&mut Option<Admission<'static>>> {
+        Some(&mut self.0)
+    }
+}
+
 pin_project! {
-    /// A call with retries: lean (see the module) until its first attempt
-    /// fails, then in the `async` engine.
-    pub(super) struct Engine<R, C, V, F, Fut, G, Gen>
+    /// A call that may go on in the `async` engine: lean (see the module)
+    /// until it is handed over, then in the engine's future `H`.
+    pub(super) struct Engine<R, C, V, F, Fut, G, H, A>
     where
         R: ReturnsResult,
     {
-        // Goes on with a handed-over call: `retry_resumed`, as a value, so
-        // that its unnameable future type can be `Gen`.
+        // Goes on with a handed-over call (`retry_resumed`, `once_resumed`
+        // or a boxing wrapper), as a value, so that its unnameable future
+        // type can be `H`.
         general: G,
         #[pin]
-        state: State<R, C, V, F, Fut, Gen>,
+        state: State<R, C, V, F, Fut, H, A>,
     }
 }
 
 pin_project! {
     #[project = StateProj]
-    enum State<R, C, V, F, Fut, Gen>
+    enum State<R, C, V, F, Fut, H, A>
     where
         R: ReturnsResult,
     {
         Lean {
             #[pin]
-            lean: Lean<R, C, V, F, Fut>,
+            lean: Lean<R, C, V, F, Fut, A>,
         },
-        // Boxed: the lean future stays the size of its first attempt, not
-        // of the whole retry loop (a future is moved at least once after it
-        // is made, and a bigger one costs a `memcpy` call per call).
         General {
-            fut: Pin<Box<Gen>>,
+            #[pin]
+            fut: H,
         },
     }
 }
 
-impl<R, C, V, F, Fut, G, Gen> Engine<R, C, V, F, Fut, G, Gen>
+impl<R, C, V, F, Fut, G, H, A> Engine<R, C, V, F, Fut, G, H, A>
 where
     R: ReturnsResult,
 {
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
         policy: &'static Policy,
         classify: C,
@@ -85,25 +133,30 @@ where
         describe: Describe<R::Error>,
         make: F,
         general: G,
+        retrying: bool,
+        admission: A,
     ) -> Self {
         Engine {
             general,
             state: State::Lean {
-                lean: Lean::new(policy, classify, refuse, describe, make, true),
+                lean: Lean::new(
+                    policy, classify, refuse, describe, make, retrying, admission,
+                ),
             },
         }
     }
 }
 
-impl<R, C, V, F, Fut, G, Gen> Future for Engine<R, C, V, F, Fut, G, Gen>
+impl<R, C, V, F, Fut, G, H, A> Future for Engine<R, C, V, F, Fut, G, H, A>
 where
     R: ReturnsResult,
+    A: Held,
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<R::Ok, R::Error>>,
     C: Fn(&R::Error) -> V,
     V: Into<Verdict>,
-    G: Fn(Resumed<C, R::Ok, R::Error>, fn(Error) -> R::Error, Describe<R::Error>, F) -> Gen,
-    Gen: Future<Output = R>,
+    G: Fn(Resumed<C, R::Ok, R::Error>, fn(Error) -> R::Error, Describe<R::Error>, F) -> H,
+    H: Future<Output = R>,
 {
     type Output = R;
 
@@ -133,7 +186,7 @@ pin_project! {
         R: ReturnsResult,
     {
         #[pin]
-        lean: Lean<R, C, V, F, Fut>,
+        lean: Lean<R, C, V, F, Fut, NoParts>,
     }
 }
 
@@ -149,7 +202,7 @@ where
         make: F,
     ) -> Self {
         OnceLean {
-            lean: Lean::new(policy, classify, refuse, describe, make, false),
+            lean: Lean::new(policy, classify, refuse, describe, make, false, NoParts),
         }
     }
 }
@@ -168,20 +221,22 @@ where
         match self.project().lean.poll(cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready(LeanEnd::Done(out)) => Poll::Ready(out),
-            // A call without retries ends on the lean path (`once_end`).
+            // A call without retries or parts ends on the lean path
+            // (`once_end`).
             Poll::Ready(LeanEnd::Handover(_)) => {
-                unreachable!("a call without retries is never handed over")
+                unreachable!("a call without retries or parts is never handed over")
             }
         }
     }
 }
 
 pin_project! {
-    /// The first attempt of a call that names no part, shaped like a
-    /// hand-written future: the attempt's body, its timer and its frame in
-    /// place, and of the call only what a success needs ([`Start`]). The
-    /// call's `Call` is put together only if the attempt fails.
-    pub(super) struct Lean<R, C, V, F, Fut>
+    /// The first attempt of a call, shaped like a hand-written future: the
+    /// attempt's body, its timer, its frame and its admission in place, and
+    /// of the call only what a success needs ([`Start`]). The call's `Call`
+    /// is put together only if the attempt fails (or is handed over).
+    #[project = LeanProj]
+    pub(super) struct Lean<R, C, V, F, Fut, A>
     where
         R: ReturnsResult,
     {
@@ -198,16 +253,19 @@ pin_project! {
         // The classifier and the maker of attempts: `None` once the call
         // has ended (or been handed over).
         parts: Option<(C, F)>,
+        // What the call's breaker, throttle and bulkhead let the attempt
+        // hold (given back when dropped).
+        admission: A,
         policy: &'static Policy,
         refuse: fn(Error) -> R::Error,
         describe: Describe<R::Error>,
-        // Hand a failed first attempt to `retry_resumed`; else end the call
+        // Hand a failed first attempt to the retry loop; else end the call
         // as `once_inner` does.
         retrying: bool,
         _verdict: PhantomData<fn() -> V>,
     }
 
-    impl<R, C, V, F, Fut> PinnedDrop for Lean<R, C, V, F, Fut>
+    impl<R, C, V, F, Fut, A> PinnedDrop for Lean<R, C, V, F, Fut, A>
     where
         R: ReturnsResult,
     {
@@ -231,7 +289,7 @@ pin_project! {
     }
 }
 
-impl<R, C, V, F, Fut> Lean<R, C, V, F, Fut>
+impl<R, C, V, F, Fut, A> Lean<R, C, V, F, Fut, A>
 where
     R: ReturnsResult,
 {
@@ -242,6 +300,7 @@ where
         describe: Describe<R::Error>,
         make: F,
         retrying: bool,
+        admission: A,
     ) -> Self {
         Lean {
             body: None,
@@ -250,6 +309,7 @@ where
             start: None,
             span: None,
             parts: Some((classify, make)),
+            admission,
             policy,
             refuse,
             describe,
@@ -275,9 +335,10 @@ pub(super) struct Handover<R: ReturnsResult, C, F> {
     make: F,
 }
 
-impl<R, C, V, F, Fut> Future for Lean<R, C, V, F, Fut>
+impl<R, C, V, F, Fut, A> Future for Lean<R, C, V, F, Fut, A>
 where
     R: ReturnsResult,
+    A: Held,
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<R::Ok, R::Error>>,
     C: Fn(&R::Error) -> V,
@@ -289,30 +350,56 @@ where
         let mut this = self.project();
         let policy = *this.policy;
         if this.start.is_none() {
-            let Some((_, make)) = this.parts.as_mut() else {
+            if this.parts.is_none() {
                 panic!("a `#[resilient]` call polled after it completed");
-            };
+            }
             let span = this.span.insert(telemetry::span(policy));
             let refuse = *this.refuse;
-            // `Call::begin` for a call without parts: nothing to resolve,
-            // no clock needed for statistics, no budget to report.
-            let mut path = PathStart::current();
-            let begun = Start::admit(policy, span, &mut path, refuse)
-                .and_then(|in_flight| Start::begin(policy, span, path, in_flight, false, refuse));
-            let start = match begun {
-                Ok(start) => this.start.insert(start),
-                Err(error) => {
-                    *this.span = None;
-                    *this.parts = None;
-                    return Poll::Ready(LeanEnd::Done(R::from_result(Err(error))));
+            let start = if A::PARTS {
+                let Some(admission) = this.admission.slot() else {
+                    unreachable!("a call with parts has a place for its admission");
+                };
+                let how = Ending {
+                    retrying: *this.retrying,
+                    refuse,
+                    describe: *this.describe,
+                };
+                let path = PathStart::current();
+                let (span, parts, start) = (&mut *this.span, &mut *this.parts, &mut *this.start);
+                if let Some(end) =
+                    begin_with_parts(policy, how, path, span, parts, start, admission)
+                {
+                    return Poll::Ready(end);
+                }
+                let Some(start) = this.start.as_ref() else {
+                    unreachable!("the call has begun");
+                };
+                start
+            } else {
+                // `Call::begin` for a call without parts: nothing to
+                // resolve, no clock needed for statistics, no budget to
+                // report.
+                let mut path = PathStart::current();
+                let begun = Start::admit(policy, span, &mut path, refuse).and_then(|in_flight| {
+                    Start::begin(policy, span, path, in_flight, false, refuse)
+                });
+                match begun {
+                    Ok(start) => this.start.insert(start),
+                    Err(error) => {
+                        *this.span = None;
+                        *this.parts = None;
+                        return Poll::Ready(LeanEnd::Done(R::from_result(Err(error))));
+                    }
                 }
             };
-            // The first attempt, as `Call::attempt` runs it for a call
-            // without parts: nothing to admit, no budget to earn.
+            // The first attempt, as `Call::attempt` runs it once admitted.
             let timeout_at = start.start.and_then(|at| at.checked_add(policy.timeout?));
             let deadline = earliest(start.deadline, timeout_at);
             let path = &start.path;
             *this.frame = Frame::attempt(path, path.base, path.in_retry, deadline);
+            let Some((_, make)) = this.parts.as_mut() else {
+                unreachable!("checked above");
+            };
             this.body.set(Some(make()));
         }
         let (Some(start), Some(span)) = (this.start.as_ref(), this.span.as_ref()) else {
@@ -333,6 +420,11 @@ where
             match polled {
                 Poll::Ready(out) => Ok(out),
                 Poll::Pending => {
+                    // A breaker timing the call on the coarse clock goes on
+                    // with tokio's (as `Bounded` tells it).
+                    if let Some(admission) = this.admission.slot().and_then(Option::as_mut) {
+                        admission.waited();
+                    }
                     // The timer is set only once the body has had to wait:
                     // a body ready at once never touches tokio's timer.
                     let Some(deadline) = this.frame.deadline() else {
@@ -364,9 +456,17 @@ where
         match result {
             Ok(Ok(value)) => {
                 // `Call::conclude` and the end of `retry_loop` for a
-                // success with no parts to record it in. The first
-                // attempt began with the call.
-                telemetry::attempt_ended(policy, &start.began, None, AttemptEnd::Success);
+                // success. The first attempt began with the call.
+                match this.admission.slot().and_then(Option::take) {
+                    None => {
+                        telemetry::attempt_ended(policy, &start.began, None, AttemptEnd::Success);
+                    }
+                    Some(admission) => {
+                        let end = admission.deps().needs_clock_at_end().then(Instant::now);
+                        telemetry::attempt_ended(policy, &start.began, end, AttemptEnd::Success);
+                        finish_in(span, admission, Outcome::Success, end);
+                    }
+                }
                 let path = &start.path;
                 if path.observed {
                     report::record(policy.function, 1, AttemptOutcome::Succeeded, false);
@@ -393,17 +493,160 @@ where
                     Ok(out) => Ok((out, end)),
                     Err(()) => Err(end),
                 };
+                let admission = this.admission.slot().and_then(Option::take);
                 let how = Ending {
                     retrying: *this.retrying,
                     refuse: *this.refuse,
                     describe: *this.describe,
                 };
                 Poll::Ready(failed(
-                    policy, start, span, classify, make, result, deadline, how,
+                    policy, start, span, classify, make, admission, result, deadline, how,
                 ))
             }
         }
     }
+}
+
+/// `Call::begin` and the first attempt's admission by `Call::attempt`, for
+/// a call that names parts: they are found (cached for the call site from
+/// the global registry), the call's budget is reported to enclosing layers,
+/// the attempt admitted (its admission kept in place, in `admission`) and
+/// the request counted by the budget. `Some`: the call ended here, or goes
+/// on in the `async` engine. Out of line, and given only the fields it
+/// needs: a call without parts carries none of this in its `poll`.
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn begin_with_parts<R, C, V, F>(
+    policy: &'static Policy,
+    how: Ending<R::Error>,
+    mut path: PathStart,
+    span: &mut Option<CallSpan>,
+    parts: &mut Option<(C, F)>,
+    start: &mut Option<Start>,
+    admission: &mut Option<Admission<'static>>,
+) -> Option<LeanEnd<R, C, F>>
+where
+    R: ReturnsResult,
+    C: Fn(&R::Error) -> V,
+    V: Into<Verdict>,
+{
+    let refuse = how.refuse;
+    let Some(call_span) = span.as_ref() else {
+        unreachable!("the call's span is made first");
+    };
+    let begun = Start::admit(policy, call_span, &mut path, refuse).and_then(|in_flight| {
+        let deps = match policy.deps() {
+            Ok(deps) => deps,
+            Err(error) => {
+                return Err(refused(policy, &path, call_span, error, refuse, true, None));
+            }
+        };
+        let needs_clock = deps.needs_clock_at_start(path.cap > 1);
+        let start = Start::begin(policy, call_span, path, in_flight, needs_clock, refuse)?;
+        // Enclosing layers ask the budget nearest the dependency before
+        // they retry, whichever layer it belongs to.
+        if start.path.nested {
+            frame::report_budget(deps.budget());
+        }
+        Ok((start, deps))
+    });
+    let (begun, deps) = match begun {
+        Ok(begun) => begun,
+        Err(error) => {
+            *span = None;
+            *parts = None;
+            return Some(LeanEnd::Done(R::from_result(Err(error))));
+        }
+    };
+    // The call is over here, or goes on in the `async` engine.
+    let mut taken = || {
+        let (Some(span), Some(parts)) = (span.take(), parts.take()) else {
+            unreachable!("the call has begun");
+        };
+        (span, parts)
+    };
+    let deps = match deps {
+        DepsRef::Static(deps) => deps,
+        owned @ DepsRef::Owned(_) => {
+            let (span, parts) = taken();
+            let first = First::NotBegun;
+            return Some(hand_over(policy, how, begun, span, parts, owned, first));
+        }
+    };
+    match deps.try_admit(begun.start) {
+        Admit::Ready(Ok(admitted)) => *admission = Some(admitted),
+        Admit::Ready(Err(refusal)) => {
+            let (span, (classify, make)) = taken();
+            let call = Call::resume(policy, classify, DepsRef::Static(deps), begun);
+            return Some(refused_first(call, span, make, refusal, how));
+        }
+        Admit::Wait(breaker) => {
+            let (span, parts) = taken();
+            let first = First::Waiting(breaker);
+            let deps = DepsRef::Static(deps);
+            return Some(hand_over(policy, how, begun, span, parts, deps, first));
+        }
+    }
+    // The request goes out: it earns retry budget, once, and only if some
+    // layer on its path may retry it.
+    if !begun.path.in_retry && begun.path.cap > 1 {
+        deps.on_request(begun.start);
+    }
+    *start = Some(begun);
+    None
+}
+
+/// Hands a begun call over to the `async` engine before its first attempt
+/// is made.
+#[cold]
+#[inline(never)]
+fn hand_over<R, C, F>(
+    policy: &'static Policy,
+    how: Ending<R::Error>,
+    start: Start,
+    span: CallSpan,
+    (classify, make): (C, F),
+    deps: DepsRef,
+    first: First<R::Ok, R::Error>,
+) -> LeanEnd<R, C, F>
+where
+    R: ReturnsResult,
+{
+    LeanEnd::Handover(Handover {
+        resumed: Resumed {
+            call: Call::resume(policy, classify, deps, start),
+            span,
+            first,
+        },
+        refuse: how.refuse,
+        describe: how.describe,
+        make,
+    })
+}
+
+/// The call's parts refused its first attempt: concluded as
+/// `Call::attempt` concludes a refused one.
+#[cold]
+#[inline(never)]
+fn refused_first<R, C, V, F>(
+    call: Call<C>,
+    span: CallSpan,
+    make: F,
+    refusal: Error,
+    how: Ending<R::Error>,
+) -> LeanEnd<R, C, F>
+where
+    R: ReturnsResult,
+    C: Fn(&R::Error) -> V,
+    V: Into<Verdict>,
+{
+    telemetry::attempt_refused(call.policy);
+    call.record(1, AttemptOutcome::Refused(refusal.kind()), false);
+    let attempted = Attempted {
+        result: Err(Failure::Refused(refusal)),
+        frame: None,
+    };
+    ended(call, span, make, attempted, how)
 }
 
 /// How a lean call goes on after a failed first attempt.
@@ -427,8 +670,9 @@ fn failed<R, C, V, F>(
     span: CallSpan,
     classify: C,
     make: F,
+    admission: Option<Admission<'static>>,
     result: BodyEnd<R::Ok, R::Error>,
-    deadline: Option<tokio::time::Instant>,
+    deadline: Option<Instant>,
     how: Ending<R::Error>,
 ) -> LeanEnd<R, C, F>
 where
@@ -437,10 +681,28 @@ where
     V: Into<Verdict>,
 {
     let began = start.began;
-    let call = Call::resume(policy, classify, DepsRef::Static(&NO_DEPS), start);
-    let admission = Admission::none(&NO_DEPS);
+    let admission = admission.unwrap_or_else(|| Admission::none(&NO_DEPS));
+    let deps = DepsRef::Static(admission.deps());
+    let call = Call::resume(policy, classify, deps, start);
     let attempted: Attempted<R::Ok, R::Error> =
         call.conclude(&span, 1, admission, deadline, began, result);
+    ended(call, span, make, attempted, how)
+}
+
+/// A lean call whose first attempt failed: ended here, or handed over to
+/// the retry loop.
+fn ended<R, C, V, F>(
+    call: Call<C>,
+    span: CallSpan,
+    make: F,
+    attempted: Attempted<R::Ok, R::Error>,
+    how: Ending<R::Error>,
+) -> LeanEnd<R, C, F>
+where
+    R: ReturnsResult,
+    C: Fn(&R::Error) -> V,
+    V: Into<Verdict>,
+{
     if !how.retrying {
         // The call ends (leaving the work in flight) before its span, a
         // parameter, closes.
@@ -450,7 +712,7 @@ where
         resumed: Resumed {
             call,
             span,
-            attempted,
+            first: First::Attempted(attempted),
         },
         refuse: how.refuse,
         describe: how.describe,
@@ -458,19 +720,20 @@ where
     })
 }
 
-/// The `async` engine's future for a handed-over call, boxed.
+/// The `async` engine's future for a handed-over call.
 #[cold]
 #[inline(never)]
-fn general<R, C, F, G, Gen>(general: &G, h: Handover<R, C, F>) -> Pin<Box<Gen>>
+fn general<R, C, F, G, H>(general: &G, h: Handover<R, C, F>) -> H
 where
     R: ReturnsResult,
-    G: Fn(Resumed<C, R::Ok, R::Error>, fn(Error) -> R::Error, Describe<R::Error>, F) -> Gen,
+    G: Fn(Resumed<C, R::Ok, R::Error>, fn(Error) -> R::Error, Describe<R::Error>, F) -> H,
 {
-    Box::pin(general(h.resumed, h.refuse, h.describe, h.make))
+    general(h.resumed, h.refuse, h.describe, h.make)
 }
 
-/// Polls a handed-over call: out of line, as the failure path is.
+/// Polls a handed-over call: out of line, so that the lean path's `poll`
+/// does not take in the whole `async` engine.
 #[inline(never)]
-fn poll_general<Gen: Future>(fut: &mut Pin<Box<Gen>>, cx: &mut Context<'_>) -> Poll<Gen::Output> {
-    fut.as_mut().poll(cx)
+fn poll_general<H: Future>(fut: Pin<&mut H>, cx: &mut Context<'_>) -> Poll<H::Output> {
+    fut.poll(cx)
 }
