@@ -194,12 +194,14 @@ impl Breaker {
     pub fn try_acquire(&self) -> Result<BreakerPermit<'_>, crate::Error> {
         // Timed on tokio's clock: the engine cannot tell whether a call made
         // under a permit taken by hand ever waits.
-        self.acquire(Instant::now(), Timing::exact)
+        self.acquire(Some(Instant::now()), Timing::exact_at)
     }
 
     /// Does this breaker need tokio's time at the end of every call of an
     /// annotated function? (Otherwise only of one whose body waited: one
     /// ready at its first poll is timed on the coarse clock, `crate::clock`.)
+    /// Its start is read all the same: on a paused clock, the time a body
+    /// moves the clock by before its first wait is the call's too.
     #[inline]
     pub(crate) fn needs_clock_at_end(&self) -> bool {
         self.coarse_slow.is_none()
@@ -213,7 +215,7 @@ impl Breaker {
         &self,
         now: Option<Instant>,
     ) -> Result<BreakerPermit<'_>, crate::Error> {
-        self.acquire(now.unwrap_or_else(Instant::now), Timing::in_call)
+        self.acquire(Some(now.unwrap_or_else(Instant::now)), Timing::in_call)
     }
 
     /// Admits a call started at `now`, timed as `timing` says while the
@@ -222,12 +224,12 @@ impl Breaker {
     #[inline]
     fn acquire(
         &self,
-        now: Instant,
-        timing: fn(&Breaker, Instant) -> Timing,
+        now: Option<Instant>,
+        timing: fn(&Breaker, Option<Instant>) -> Timing,
     ) -> Result<BreakerPermit<'_>, crate::Error> {
         match self.core.try_acquire_untimed() {
             Some(admission) => Ok(self.permit(admission, timing(self, now))),
-            None => self.try_acquire_timed(now),
+            None => self.try_acquire_timed(now.unwrap_or_else(Instant::now)),
         }
     }
 
@@ -470,17 +472,18 @@ impl BreakerPermit<'_> {
     pub(crate) fn restart(&mut self, now: Option<Instant>) {
         let now = now.unwrap_or_else(Instant::now);
         self.timing = match self.timing {
-            Timing::Coarse { .. } => Timing::in_call(self.breaker, now),
+            Timing::Coarse { .. } => Timing::in_call(self.breaker, Some(now)),
             Timing::Exact(_) => Timing::exact(self.breaker, now),
         };
     }
 
     /// The body has had to wait: the call is timed on tokio's clock, from
-    /// its start, which a test may pause and advance.
+    /// its start, which a test may pause and advance. The threshold is added
+    /// to the start only now: a body ready at once never needs it.
     #[inline]
     pub(crate) fn waited(&mut self) {
-        if let Timing::Coarse { exact, .. } = self.timing {
-            self.timing = Timing::Exact(exact);
+        if let Timing::Coarse { began, .. } = self.timing {
+            self.timing = Timing::exact(self.breaker, began.unwrap_or_else(Instant::now));
         }
     }
 
@@ -548,10 +551,11 @@ enum Timing {
     /// less than a subtraction at the end.
     Exact(Option<Instant>),
     /// On the coarse clock from `start`, while the body has not waited;
-    /// on tokio's, as `Exact(exact)`, once it has (see `crate::clock`).
+    /// on tokio's, from `began` (the call's start on it), once it has (see
+    /// `crate::clock`).
     Coarse {
         start: crate::clock::Coarse,
-        exact: Option<Instant>,
+        began: Option<Instant>,
     },
 }
 
@@ -562,16 +566,22 @@ impl Timing {
         Timing::Exact(Timing::slow_after(breaker, start))
     }
 
-    /// The timing of a call of an annotated function started at `start`.
+    /// On tokio's clock from `start`, read now if the caller did not.
     #[inline]
-    fn in_call(breaker: &Breaker, start: Instant) -> Timing {
-        let exact = Timing::slow_after(breaker, start);
+    fn exact_at(breaker: &Breaker, start: Option<Instant>) -> Timing {
+        Timing::exact(breaker, start.unwrap_or_else(Instant::now))
+    }
+
+    /// The timing of a call of an annotated function started at `start` on
+    /// tokio's clock: on the coarse clock where there is one.
+    #[inline]
+    fn in_call(breaker: &Breaker, start: Option<Instant>) -> Timing {
         match breaker.coarse_slow {
             Some(_) => Timing::Coarse {
                 start: crate::clock::now(),
-                exact,
+                began: start,
             },
-            None => Timing::Exact(exact),
+            None => Timing::exact_at(breaker, start),
         }
     }
 
