@@ -534,6 +534,9 @@ where
     let Some(call_span) = span.as_ref() else {
         unreachable!("the call's span is made first");
     };
+    // The call's `Start` is made in its place (moving it costs more than
+    // the rest of this function's own work), and taken out again only on
+    // the paths that end the call here or hand it over.
     let begun = Start::admit(policy, call_span, &mut path, refuse).and_then(|in_flight| {
         let deps = match policy.deps() {
             Ok(deps) => deps,
@@ -542,57 +545,70 @@ where
             }
         };
         let needs_clock = deps.needs_clock_at_start(path.cap > 1);
-        let start = Start::begin(policy, call_span, path, in_flight, needs_clock, refuse)?;
-        // Enclosing layers ask the budget nearest the dependency before
-        // they retry, whichever layer it belongs to.
-        if start.path.nested {
-            frame::report_budget(deps.budget());
-        }
-        Ok((start, deps))
+        *start = Some(Start::begin(
+            policy,
+            call_span,
+            path,
+            in_flight,
+            needs_clock,
+            refuse,
+        )?);
+        Ok(deps)
     });
-    let (begun, deps) = match begun {
-        Ok(begun) => begun,
+    let deps = match begun {
+        Ok(deps) => deps,
         Err(error) => {
             *span = None;
             *parts = None;
             return Some(LeanEnd::Done(R::from_result(Err(error))));
         }
     };
+    let Some(begun) = start.as_ref() else {
+        unreachable!("set above");
+    };
+    let at = begun.start;
+    // A request earns retry budget once, and only if some layer on its
+    // path may retry it.
+    let earns = !begun.path.in_retry && begun.path.cap > 1;
+    // Enclosing layers ask the budget nearest the dependency before they
+    // retry, whichever layer it belongs to.
+    if begun.path.nested {
+        frame::report_budget(deps.budget());
+    }
     // The call is over here, or goes on in the `async` engine.
     let mut taken = || {
-        let (Some(span), Some(parts)) = (span.take(), parts.take()) else {
+        let (Some(span), Some(parts), Some(start)) = (span.take(), parts.take(), start.take())
+        else {
             unreachable!("the call has begun");
         };
-        (span, parts)
+        (span, parts, start)
     };
     let deps = match deps {
         DepsRef::Static(deps) => deps,
         owned @ DepsRef::Owned(_) => {
-            let (span, parts) = taken();
+            let (span, parts, begun) = taken();
             let first = First::NotBegun;
             return Some(hand_over(policy, how, begun, span, parts, owned, first));
         }
     };
-    match deps.try_admit(begun.start) {
+    match deps.try_admit(at) {
         Admit::Ready(Ok(admitted)) => *admission = Some(admitted),
         Admit::Ready(Err(refusal)) => {
-            let (span, (classify, make)) = taken();
+            let (span, (classify, make), begun) = taken();
             let call = Call::resume(policy, classify, DepsRef::Static(deps), begun);
             return Some(refused_first(call, span, make, refusal, how));
         }
         Admit::Wait(breaker) => {
-            let (span, parts) = taken();
+            let (span, parts, begun) = taken();
             let first = First::Waiting(breaker);
             let deps = DepsRef::Static(deps);
             return Some(hand_over(policy, how, begun, span, parts, deps, first));
         }
     }
-    // The request goes out: it earns retry budget, once, and only if some
-    // layer on its path may retry it.
-    if !begun.path.in_retry && begun.path.cap > 1 {
-        deps.on_request(begun.start);
+    // The request goes out.
+    if earns {
+        deps.on_request(at);
     }
-    *start = Some(begun);
     None
 }
 
