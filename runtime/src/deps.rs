@@ -49,8 +49,10 @@ pub(crate) struct Deps {
 /// How far [`Deps::try_admit`] got.
 #[derive(Debug)]
 pub(crate) enum Admit<'a> {
-    /// Admitted, or refused, at once.
-    Ready(Result<Admission<'a>, Error>),
+    /// Admitted at once: the admission is in the place given.
+    Ready,
+    /// Refused at once.
+    Refused(Error),
     /// Through the breaker (holding its permit) and the throttle; waits for
     /// a bulkhead slot ([`Deps::wait_for_slot`]).
     Wait(Option<BreakerPermit<'a>>),
@@ -114,13 +116,20 @@ impl Deps {
     /// (or the bulkhead refuses at once). `now` is `Some` whenever
     /// [`needs_clock_at_start`](Deps::needs_clock_at_start) is true. The breaker and the
     /// throttle decide once per attempt, here, also for an attempt that then
-    /// waits for a slot ([`Admit::Wait`]).
+    /// waits for a slot ([`Admit::Wait`]). An admission is written in its
+    /// place, `into`, not returned: returned, it was copied there through
+    /// the stack, and on some processors (AMD's) that copy, read right
+    /// after its parts were written one by one, stalled.
     #[inline]
-    pub(crate) fn try_admit(&self, now: Option<Instant>) -> Admit<'_> {
+    pub(crate) fn try_admit<'a>(
+        &'a self,
+        now: Option<Instant>,
+        into: &mut Option<Admission<'a>>,
+    ) -> Admit<'a> {
         let breaker = match &self.breaker {
             Some(b) => match b.try_acquire_in_call(now) {
                 Ok(permit) => Some(permit),
-                Err(open) => return Admit::Ready(Err(open)),
+                Err(open) => return Admit::Refused(open),
             },
             None => None,
         };
@@ -131,22 +140,23 @@ impl Deps {
                     dependency = t.name(),
                     "resilient: call shed by adaptive throttling"
                 );
-                return Admit::Ready(Err(Error::load_shed(Arc::from(t.name()))));
+                return Admit::Refused(Error::load_shed(Arc::from(t.name())));
             }
         }
         let bulkhead = match &self.bulkhead {
             Some(b) => match b.try_acquire() {
                 Ok(permit) => Some(permit),
                 Err(_) if b.may_wait() => return Admit::Wait(breaker),
-                Err(full) => return Admit::Ready(Err(bulkhead_full(b, full))),
+                Err(full) => return Admit::Refused(bulkhead_full(b, full)),
             },
             None => None,
         };
-        Admit::Ready(Ok(Admission {
+        *into = Some(Admission {
             deps: self,
             breaker,
             _bulkhead: bulkhead,
-        }))
+        });
+        Admit::Ready
     }
 
     /// Finishes an admission that must wait for a bulkhead slot, at most the

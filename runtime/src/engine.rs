@@ -300,22 +300,27 @@ impl Start {
 
     /// Fixes the call's deadline, and refuses a call whose deadline has
     /// already passed. `needs_clock`: a part of the call keeps time-based
-    /// statistics.
+    /// statistics. The `Start` is written in its place, `into`: a `Start`
+    /// returned and moved there is copied through the stack, and on some
+    /// processors (AMD's) a copy read right after its parts were written
+    /// one by one stalls the load.
     #[inline(always)]
-    fn begin<E>(
+    #[allow(clippy::too_many_arguments)]
+    fn begin<'s, E>(
         policy: &'static Policy,
         span: &CallSpan,
         path: PathStart,
         in_flight: Option<InFlight>,
         needs_clock: bool,
         refuse: fn(Error) -> E,
-    ) -> Result<Start, E> {
+        into: &'s mut Option<Start>,
+    ) -> Result<&'s Start, E> {
         let times = Times::of(policy, path.deadline, needs_clock);
         if times.passed() {
             return Err(times.refuse(policy, &path, span, refuse));
         }
         telemetry::entered(span, times.at, times.deadline);
-        Ok(Start {
+        Ok(into.insert(Start {
             deadline: times.deadline,
             own_deadline: times.own_deadline,
             clocked: times.clocked,
@@ -323,7 +328,7 @@ impl Start {
             path,
             in_flight,
             began: telemetry::began(times.at),
-        })
+        }))
     }
 }
 
@@ -492,13 +497,16 @@ impl<C> Call<C> {
         // Most attempts are admitted at once; only a wait for a bulkhead
         // slot needs the asynchronous path. `decided`: the lean path's
         // admission of a first attempt that waits for its slot here.
+        let mut ready = None;
         let admit = match decided {
             Some(admit) => admit,
-            None => self.deps.try_admit(now),
+            None => self.deps.try_admit(now, &mut ready),
         };
-        let admitted = match admit {
-            Admit::Ready(admitted) => admitted.map(|admission| (admission, now)),
-            Admit::Wait(breaker) => {
+        let admitted = match (admit, ready) {
+            (Admit::Ready, Some(admission)) => Ok((admission, now)),
+            (Admit::Ready, None) => unreachable!("an admission ready at once is in its place"),
+            (Admit::Refused(refusal), _) => Err(refusal),
+            (Admit::Wait(breaker), _) => {
                 let wait = self.deps.wait_for_slot(breaker, now, self.deadline);
                 telemetry::waiting(self.policy, wait).await
             }

@@ -380,11 +380,12 @@ where
                 // resolve, no clock needed for statistics, no budget to
                 // report.
                 let mut path = PathStart::current();
+                let start = &mut *this.start;
                 let begun = Start::admit(policy, span, &mut path, refuse).and_then(|in_flight| {
-                    Start::begin(policy, span, path, in_flight, false, refuse)
+                    Start::begin(policy, span, path, in_flight, false, refuse, start)
                 });
                 match begun {
-                    Ok(start) => this.start.insert(start),
+                    Ok(start) => start,
                     Err(error) => {
                         *this.span = None;
                         *this.parts = None;
@@ -545,14 +546,15 @@ where
             }
         };
         let needs_clock = deps.needs_clock_at_start(path.cap > 1);
-        *start = Some(Start::begin(
+        Start::begin(
             policy,
             call_span,
             path,
             in_flight,
             needs_clock,
             refuse,
-        )?);
+            start,
+        )?;
         Ok(deps)
     });
     let deps = match begun {
@@ -591,9 +593,9 @@ where
             return Some(hand_over(policy, how, begun, span, parts, owned, first));
         }
     };
-    match deps.try_admit(at) {
-        Admit::Ready(Ok(admitted)) => *admission = Some(admitted),
-        Admit::Ready(Err(refusal)) => {
+    match deps.try_admit(at, admission) {
+        Admit::Ready => {}
+        Admit::Refused(refusal) => {
             let (span, (classify, make), begun) = taken();
             let call = Call::resume(policy, classify, DepsRef::Static(deps), begun);
             return Some(refused_first(call, span, make, refusal, how));
