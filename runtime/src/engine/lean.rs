@@ -353,7 +353,7 @@ where
             if this.parts.is_none() {
                 panic!("a `#[resilient]` call polled after it completed");
             }
-            let span = this.span.insert(telemetry::span(policy));
+            let span = this.span.get_or_insert_with(|| telemetry::span(policy));
             let refuse = *this.refuse;
             let start = if A::PARTS {
                 let Some(admission) = this.admission.slot() else {
