@@ -144,10 +144,12 @@ impl Deps {
             }
         }
         let bulkhead = match &self.bulkhead {
-            Some(b) => match b.try_acquire() {
-                Ok(permit) => Some(permit),
-                Err(_) if b.may_wait() => return Admit::Wait(breaker),
-                Err(full) => return Admit::Refused(bulkhead_full(b, full)),
+            // A call that then waits for a slot is not refused yet: only
+            // one that gets none counts in the bulkhead's `rejected`.
+            Some(b) => match b.try_take() {
+                Some(permit) => Some(permit),
+                None if b.may_wait() => return Admit::Wait(breaker),
+                None => return Admit::Refused(bulkhead_full(b, b.refuse())),
             },
             None => None,
         };

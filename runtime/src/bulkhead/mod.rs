@@ -231,9 +231,17 @@ impl Bulkhead {
         &self.name
     }
 
-    fn refuse(&self) -> crate::Error {
+    /// Counts a refusal and makes its error.
+    pub(crate) fn refuse(&self) -> crate::Error {
         self.rejected.fetch_add(1, Ordering::Relaxed);
         crate::Error::bulkhead_full(self.name.clone())
+    }
+
+    /// Takes a slot if one is free now; counts nothing when none is (the
+    /// caller may wait for one, and is refused, once, only if it gets none).
+    #[inline]
+    pub(crate) fn try_take(&self) -> Option<BulkheadPermit<'_>> {
+        self.slots.try_acquire().then(|| self.permit())
     }
 
     fn permit(&self) -> BulkheadPermit<'_> {
