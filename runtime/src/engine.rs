@@ -821,6 +821,20 @@ fn finish_in(span: &CallSpan, admission: Admission<'_>, outcome: Outcome, end: O
     admission.finish(outcome, end);
 }
 
+/// [`finish_in`] for an admission held in its place (the lean path's):
+/// taken out only here.
+#[inline]
+fn finish_held(
+    span: &CallSpan,
+    held: &mut Option<Admission<'_>>,
+    outcome: Outcome,
+    end: Option<Instant>,
+) {
+    if let Some(admission) = held.take() {
+        finish_in(span, admission, outcome, end);
+    }
+}
+
 /// Records an attempt dropped while it ran, for [`observe`](crate::observe).
 struct CutAttempt {
     function: &'static str,

@@ -39,8 +39,8 @@ use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 
 use super::{
-    Attempted, BodyEnd, Call, DepsRef, Failure, First, NO_DEPS, Policy, Resumed, Start, finish_in,
-    once_end, refused,
+    Attempted, BodyEnd, Call, DepsRef, Failure, First, NO_DEPS, Policy, Resumed, Start,
+    finish_held, once_end, refused,
 };
 use crate::__private::ReturnsResult;
 use crate::Error;
@@ -458,14 +458,20 @@ where
             Ok(Ok(value)) => {
                 // `Call::conclude` and the end of `retry_loop` for a
                 // success. The first attempt began with the call.
-                match this.admission.slot().and_then(Option::take) {
+                match this.admission.slot() {
                     None => {
                         telemetry::attempt_ended(policy, &start.began, None, AttemptEnd::Success);
                     }
-                    Some(admission) => {
-                        let end = admission.deps().needs_clock_at_end().then(Instant::now);
+                    Some(held) => {
+                        // Recorded from its place: taken out there, it was
+                        // copied twice through the stack, and the second
+                        // copy stalled (AMD).
+                        let end = held
+                            .as_ref()
+                            .is_some_and(|a| a.deps().needs_clock_at_end())
+                            .then(Instant::now);
                         telemetry::attempt_ended(policy, &start.began, end, AttemptEnd::Success);
-                        finish_in(span, admission, Outcome::Success, end);
+                        finish_held(span, held, Outcome::Success, end);
                     }
                 }
                 let path = &start.path;
