@@ -28,7 +28,12 @@
 //!
 //! Measured with `benches/callgrind.sh` (instructions per call, default
 //! features): `retries` 603 before this shape, 414 after; `deadline_ms`
-//! 651 and 521.
+//! 651 and 521. Calls with parts, which ran in the `async` engine before:
+//! the breaker case 1211 and 1100, the full stack 1518 and 1361; in CPU
+//! time on an AMD EPYC, 149 and about 131 ns, 168 and about 142 ns, most
+//! of it from no longer copying the call's state through the stack (on
+//! that processor a copy read right after its parts were written one by
+//! one stalls: `Start::begin` and `Deps::try_admit` write in place).
 
 use std::future::Future;
 use std::marker::PhantomData;
