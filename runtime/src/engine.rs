@@ -946,16 +946,24 @@ where
     C: Fn(&R::Error) -> V,
     V: Into<Verdict>,
 {
-    // A call without retries makes one attempt: the lean path asks for it
-    // once, and ends a failed one in place (`once_end`), never asking again.
+    OnceLean::new(policy, classify, refuse, describe, once(make))
+}
+
+/// The maker of a call without retries' one attempt, for the lean path,
+/// which asks for attempts as a retry loop does: it asks once, and ends a
+/// failed attempt in place (`once_end`) or hands the call over before it
+/// asked (`once_resumed`), never asking again.
+fn once<M, Fut>(make: M) -> impl FnMut() -> IntoResult<Fut>
+where
+    M: FnOnce() -> Fut,
+{
     let mut make = Some(make);
-    let make = move || {
+    move || {
         let make = make
             .take()
             .expect("a call without retries makes one attempt");
         IntoResult::new(make())
-    };
-    OnceLean::new(policy, classify, refuse, describe, make)
+    }
 }
 
 // The decisions below are `retry_loop`'s for `retries = 0`, kept apart on
@@ -1191,19 +1199,12 @@ where
     C: Fn(&R::Error) -> V,
     V: Into<Verdict>,
 {
-    let mut make = Some(make);
-    let make = move || {
-        let make = make
-            .take()
-            .expect("a call without retries makes one attempt");
-        IntoResult::new(make())
-    };
     Engine::new(
         policy,
         classify,
         refuse,
         describe,
-        make,
+        once(make),
         once_resumed::<R, C, V, _, _>,
         false,
         Parts(None),
