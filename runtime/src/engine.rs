@@ -478,14 +478,15 @@ impl<C> Call<C> {
     /// in its state, and nested layers would multiply that.
     /// `started`: the attempt's start, when already read (the first one's
     /// is the call's). `base`: the path's position before this attempt.
-    /// `decided`: how the call's parts already admitted the attempt.
+    /// `waiting`: the lean path's first attempt, through the breaker (its
+    /// permit) and the throttle, waiting for a bulkhead slot.
     async fn attempt<T, E, V, Fut>(
         &self,
         span: &CallSpan,
         number: u32,
         base: u32,
         started: Option<Instant>,
-        decided: Option<Admit<'static>>,
+        waiting: Option<Option<BreakerPermit<'static>>>,
         make: impl FnOnce() -> Fut,
     ) -> Attempted<T, E>
     where
@@ -495,11 +496,10 @@ impl<C> Call<C> {
     {
         let now = started.or_else(|| self.clocked.then(Instant::now));
         // Most attempts are admitted at once; only a wait for a bulkhead
-        // slot needs the asynchronous path. `decided`: the lean path's
-        // admission of a first attempt that waits for its slot here.
+        // slot needs the asynchronous path.
         let mut ready = None;
-        let admit = match decided {
-            Some(admit) => admit,
+        let admit = match waiting {
+            Some(breaker) => Admit::Wait(breaker),
             None => self.deps.try_admit(now, &mut ready),
         };
         let admitted = match (admit, ready) {
@@ -1011,16 +1011,19 @@ where
     C: Fn(&R::Error) -> V,
     V: Into<Verdict>,
 {
-    let Resumed { call, span, first } = resumed;
-    let decided = match first {
+    // The call is declared after its span, so that it ends (leaving the
+    // work in flight) before the span closes, as in `once_inner`.
+    let span = resumed.span;
+    let call = resumed.call;
+    let waiting = match resumed.first {
         First::Attempted(attempted) => {
             return once_end(&call, &span, attempted, refuse, describe);
         }
-        First::Waiting(breaker) => Some(Admit::Wait(breaker)),
+        First::Waiting(breaker) => Some(breaker),
         First::NotBegun => None,
     };
     let attempted = call
-        .attempt(&span, 1, call.path.base, call.start, decided, make)
+        .attempt(&span, 1, call.path.base, call.start, waiting, make)
         .await;
     once_end(&call, &span, attempted, refuse, describe)
 }
@@ -1416,8 +1419,9 @@ where
     )
 }
 
-/// The retry loop of a call handed over by the lean path ([`lean`]) after
-/// its first attempt failed: it goes on exactly as [`retry_loop`] would.
+/// The retry loop of a call handed over by the lean path ([`lean`]): after
+/// its first attempt failed, or before it was made ([`First::Waiting`],
+/// [`First::NotBegun`]). It goes on exactly as [`retry_loop`] would.
 async fn retry_resumed<R, C, V, F, Fut>(
     resumed: Resumed<C, R::Ok, R::Error>,
     refuse: fn(Error) -> R::Error,
@@ -1431,9 +1435,12 @@ where
     C: Fn(&R::Error) -> V,
     V: Into<Verdict>,
 {
-    let Resumed { call, span, first } = resumed;
+    // The call is declared after its span, so that it ends (leaving the
+    // work in flight) before the span closes, as in `retry_loop`.
+    let span = resumed.span;
+    let call = resumed.call;
     let policy = call.policy;
-    let mut first = Some(first);
+    let mut first = Some(resumed.first);
     retry_decisions!(
         policy,
         call,
@@ -1451,13 +1458,13 @@ where
                 attempted
             }
             Some(First::Waiting(breaker)) => {
-                let decided = Some(Admit::Wait(breaker));
+                let waiting = Some(breaker);
                 call.attempt(
                     &span,
                     number,
                     position,
                     started.take(),
-                    decided,
+                    waiting,
                     &mut attempt,
                 )
                 .await

@@ -36,6 +36,7 @@ use resilient::{
 };
 use tokio::sync::Notify;
 use tokio::time::{Instant, advance, sleep};
+use tracing_subscriber::layer::SubscriberExt;
 
 // ---- The caller's error type ----
 
@@ -114,6 +115,7 @@ fn global_parts() -> RegistryBuilder {
             window(2).permitted_number_of_calls_in_half_open_state(1),
         )
         .bulkhead("lean-slot-cancel", one_slot(Duration::ZERO))
+        .bulkhead("lean-drop-order", one_slot(Duration::ZERO))
         // Windows of 10 that these tests never fill: the breakers only count.
         .breaker("lean-wait", window(10).slow_call_duration_threshold(SLOW))
         .bulkhead("lean-wait", one_slot(SLOT_WAIT))
@@ -191,6 +193,11 @@ fn equivalence_parts(b: RegistryBuilder) -> RegistryBuilder {
 async fn on_global_registry() {
     static INSTALLED_AT: OnceLock<std::time::Instant> = OnceLock::new();
     let installed_at = *INSTALLED_AT.get_or_init(|| {
+        // Before any call, so that every call site's span is enabled from
+        // its first use (a subscriber set per test could find a call site
+        // already cached as disabled by another test's call).
+        tracing::subscriber::set_global_default(tracing_subscriber::registry().with(SlotsAtClose))
+            .expect("the only global subscriber");
         std::thread::spawn(|| {
             global_parts()
                 .build()
@@ -1138,4 +1145,83 @@ async fn the_lean_path_records_what_the_async_engine_records() {
     );
     assert!(lean.iter().any(|s| s.budget.granted > 0), "{lean:#?}");
     assert!(lean.iter().any(|s| s.budget.refused > 0), "{lean:#?}");
+}
+
+// ---- Dropped mid-attempt: the slot goes back before the span closes ----
+
+#[resilient(bulkhead = "lean-drop-order")]
+async fn held_slot(gate: &Notify) -> Result<(), E> {
+    gate.notified().await;
+    Ok(())
+}
+
+/// Records, when the span of a call of `held_slot` closes, how many of its
+/// bulkhead's slots were still taken. The global subscriber of this test
+/// binary (see [`on_global_registry`]).
+struct SlotsAtClose;
+
+static SLOTS_AT_CLOSE: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
+
+/// Marks the span of a call of `held_slot`.
+struct HeldSlotSpan;
+
+struct IsHeldSlot(bool);
+
+impl tracing::field::Visit for IsHeldSlot {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        if field.name() == "function" && value.ends_with("::held_slot") {
+            self.0 = true;
+        }
+    }
+
+    fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
+}
+
+impl<S> tracing_subscriber::Layer<S> for SlotsAtClose
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let mut is = IsHeldSlot(false);
+        attrs.record(&mut is);
+        if let (true, Some(span)) = (is.0, ctx.span(id)) {
+            span.extensions_mut().insert(HeldSlotSpan);
+        }
+    }
+
+    fn on_close(&self, id: tracing::span::Id, ctx: tracing_subscriber::layer::Context<'_, S>) {
+        if ctx
+            .span(&id)
+            .is_some_and(|span| span.extensions().get::<HeldSlotSpan>().is_some())
+        {
+            let in_flight = Registry::global()
+                .bulkhead("lean-drop-order")
+                .expect("a configured bulkhead")
+                .in_flight();
+            SLOTS_AT_CLOSE.lock().unwrap().push(in_flight);
+        }
+    }
+}
+
+/// As in the `async` engine, a call dropped while its attempt runs gives
+/// its bulkhead slot (and a half-open probe) back before it leaves the
+/// work in flight and its span closes: whoever sees the call end (a
+/// graceful shutdown's drain, a subscriber) sees the slot free.
+#[tokio::test(start_paused = true)]
+async fn a_call_dropped_mid_attempt_frees_its_slot_before_its_span_closes() {
+    on_global_registry().await;
+    let gate = Notify::new();
+    let cut = tokio::time::timeout(Duration::from_millis(10), held_slot(&gate)).await;
+    assert!(cut.is_err(), "the body waits on a gate nobody opens");
+    assert_eq!(
+        *SLOTS_AT_CLOSE.lock().unwrap(),
+        [0],
+        "the slot was free when the span closed"
+    );
+    assert_eq!(bulkhead("lean-drop-order").in_flight, 0);
 }

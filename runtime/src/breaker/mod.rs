@@ -194,7 +194,7 @@ impl Breaker {
     pub fn try_acquire(&self) -> Result<BreakerPermit<'_>, crate::Error> {
         // Timed on tokio's clock: the engine cannot tell whether a call made
         // under a permit taken by hand ever waits.
-        self.acquire(Some(Instant::now()), Timing::exact_at)
+        self.acquire(Instant::now(), Timing::exact)
     }
 
     /// Does this breaker need tokio's time at the end of every call of an
@@ -215,7 +215,7 @@ impl Breaker {
         &self,
         now: Option<Instant>,
     ) -> Result<BreakerPermit<'_>, crate::Error> {
-        self.acquire(Some(now.unwrap_or_else(Instant::now)), Timing::in_call)
+        self.acquire(now.unwrap_or_else(Instant::now), Timing::in_call)
     }
 
     /// Admits a call started at `now`, timed as `timing` says while the
@@ -224,12 +224,12 @@ impl Breaker {
     #[inline]
     fn acquire(
         &self,
-        now: Option<Instant>,
-        timing: fn(&Breaker, Option<Instant>) -> Timing,
+        now: Instant,
+        timing: fn(&Breaker, Instant) -> Timing,
     ) -> Result<BreakerPermit<'_>, crate::Error> {
         match self.core.try_acquire_untimed() {
             Some(admission) => Ok(self.permit(admission, timing(self, now))),
-            None => self.try_acquire_timed(now.unwrap_or_else(Instant::now)),
+            None => self.try_acquire_timed(now),
         }
     }
 
@@ -472,7 +472,7 @@ impl BreakerPermit<'_> {
     pub(crate) fn restart(&mut self, now: Option<Instant>) {
         let now = now.unwrap_or_else(Instant::now);
         self.timing = match self.timing {
-            Timing::Coarse { .. } => Timing::in_call(self.breaker, Some(now)),
+            Timing::Coarse { .. } => Timing::in_call(self.breaker, now),
             Timing::Exact(_) => Timing::exact(self.breaker, now),
         };
     }
@@ -483,7 +483,7 @@ impl BreakerPermit<'_> {
     #[inline]
     pub(crate) fn waited(&mut self) {
         if let Timing::Coarse { began, .. } = self.timing {
-            self.timing = Timing::exact(self.breaker, began.unwrap_or_else(Instant::now));
+            self.timing = Timing::exact(self.breaker, began);
         }
     }
 
@@ -555,7 +555,7 @@ enum Timing {
     /// `crate::clock`).
     Coarse {
         start: crate::clock::Coarse,
-        began: Option<Instant>,
+        began: Instant,
     },
 }
 
@@ -566,22 +566,16 @@ impl Timing {
         Timing::Exact(Timing::slow_after(breaker, start))
     }
 
-    /// On tokio's clock from `start`, read now if the caller did not.
-    #[inline]
-    fn exact_at(breaker: &Breaker, start: Option<Instant>) -> Timing {
-        Timing::exact(breaker, start.unwrap_or_else(Instant::now))
-    }
-
     /// The timing of a call of an annotated function started at `start` on
     /// tokio's clock: on the coarse clock where there is one.
     #[inline]
-    fn in_call(breaker: &Breaker, start: Option<Instant>) -> Timing {
+    fn in_call(breaker: &Breaker, start: Instant) -> Timing {
         match breaker.coarse_slow {
             Some(_) => Timing::Coarse {
                 start: crate::clock::now(),
                 began: start,
             },
-            None => Timing::exact_at(breaker, start),
+            None => Timing::exact(breaker, start),
         }
     }
 

@@ -99,6 +99,7 @@ pin_project! {
     pub(super) struct Engine<R, C, V, F, Fut, G, H, A>
     where
         R: ReturnsResult,
+        A: Held,
     {
         // Goes on with a handed-over call (`retry_resumed`, `once_resumed`
         // or a boxing wrapper), as a value, so that its unnameable future
@@ -114,6 +115,7 @@ pin_project! {
     enum State<R, C, V, F, Fut, H, A>
     where
         R: ReturnsResult,
+        A: Held,
     {
         Lean {
             #[pin]
@@ -129,6 +131,7 @@ pin_project! {
 impl<R, C, V, F, Fut, G, H, A> Engine<R, C, V, F, Fut, G, H, A>
 where
     R: ReturnsResult,
+    A: Held,
 {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
@@ -244,6 +247,7 @@ pin_project! {
     pub(super) struct Lean<R, C, V, F, Fut, A>
     where
         R: ReturnsResult,
+        A: Held,
     {
         // `Some` while the attempt runs.
         #[pin]
@@ -273,14 +277,16 @@ pin_project! {
     impl<R, C, V, F, Fut, A> PinnedDrop for Lean<R, C, V, F, Fut, A>
     where
         R: ReturnsResult,
+        A: Held,
     {
         fn drop(this: Pin<&mut Self>) {
             // Dropped while its attempt ran (an enclosing timer, the
-            // caller's `select!`): as the `async` engine's locals drop. The
-            // body is dropped inside its frame, so nested calls report how
-            // far they got, and that is passed on; an observed call reports
-            // the attempt as possibly applied. The call and its span drop
-            // after, with the fields.
+            // caller's `select!`): in the order the `async` engine's
+            // locals drop. The body is dropped inside its frame, so nested
+            // calls report how far they got, and that is passed on; an
+            // observed call reports the attempt as possibly applied; the
+            // admission goes back. The call and its span drop after, with
+            // the fields.
             let this = this.project();
             if this.body.is_some() {
                 let mut body = this.body;
@@ -288,6 +294,12 @@ pin_project! {
                 frame::forward(&this.frame.take_end());
                 if this.start.as_ref().is_some_and(|start| start.path.observed) {
                     report::record(this.policy.function, 1, AttemptOutcome::Cancelled, true);
+                }
+                // The admission (bulkhead slot, half-open probe) goes back
+                // now, before the call leaves the work in flight (its
+                // `Start`) and its span closes, as the engine's does.
+                if let Some(held) = this.admission.slot() {
+                    *held = None;
                 }
             }
         }
@@ -297,6 +309,7 @@ pin_project! {
 impl<R, C, V, F, Fut, A> Lean<R, C, V, F, Fut, A>
 where
     R: ReturnsResult,
+    A: Held,
 {
     fn new(
         policy: &'static Policy,
@@ -733,9 +746,11 @@ where
     V: Into<Verdict>,
 {
     if !how.retrying {
+        let out = once_end(&call, &span, attempted, how.refuse, how.describe);
         // The call ends (leaving the work in flight) before its span, a
         // parameter, closes.
-        return LeanEnd::Done(once_end(&call, &span, attempted, how.refuse, how.describe));
+        drop(call);
+        return LeanEnd::Done(out);
     }
     LeanEnd::Handover(Handover {
         resumed: Resumed {
