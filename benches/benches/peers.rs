@@ -15,6 +15,7 @@
 //! PEERS_MD=target/peers.md cargo bench ...                   # Markdown copy
 //! PEERS_LIST=1 <bench binary>                                # case ids
 //! PEERS_CASE=<id> PEERS_ITERS=<n> <bench binary>             # one case n times
+//! PEERS_TWO=<id> <bench binary>                               # one case, 1 and 2 threads
 //! PEERS_INSTRUCTIONS=<file> <bench binary>                   # render counts
 //! ```
 //!
@@ -920,6 +921,20 @@ fn main() -> Result<(), Box<dyn StdError>> {
     }
 
     let settings = Settings::from_env();
+    if let Ok(id) = std::env::var("PEERS_TWO") {
+        // One case, on one thread and then on two sharing its state: for
+        // comparing builds without the whole run.
+        let c = case(&id).ok_or_else(|| format!("no case `{id}`; `PEERS_LIST=1` lists them"))?;
+        let one = one_thread(c, &settings).median_ns;
+        let (t, _) = two_threads(c, &settings);
+        let both = [
+            concurrent_samples(&t[0], &t[1]),
+            concurrent_samples(&t[1], &t[0]),
+        ];
+        let [m0, m1] = both.map(median);
+        println!("{id}: one thread {one:.1} ns, two threads {m0:.1} and {m1:.1} ns");
+        return Ok(());
+    }
     let quick = settings.quick;
     eprintln!(
         "peers: {} cases, {} samples of ~{:?} each after {:?} of warm-up{}",
