@@ -320,7 +320,13 @@ impl Start {
             return Err(times.refuse(policy, &path, span, refuse));
         }
         telemetry::entered(span, times.at, times.deadline);
-        Ok(into.insert(Start {
+        // The place is empty (a call begins once): known so, the `Start`
+        // is written straight there, with no old value to drop first
+        // (`insert` built it aside to drop the old one, and copied it in).
+        if into.is_some() {
+            unreachable!("a call begins once");
+        }
+        *into = Some(Start {
             deadline: times.deadline,
             own_deadline: times.own_deadline,
             clocked: times.clocked,
@@ -328,7 +334,11 @@ impl Start {
             path,
             in_flight,
             began: telemetry::began(times.at),
-        }))
+        });
+        match into {
+            Some(start) => Ok(start),
+            None => unreachable!("written above"),
+        }
     }
 }
 
