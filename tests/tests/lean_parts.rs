@@ -116,6 +116,7 @@ fn global_parts() -> RegistryBuilder {
         )
         .bulkhead("lean-slot-cancel", one_slot(Duration::ZERO))
         .bulkhead("lean-drop-order", one_slot(Duration::ZERO))
+        .bulkhead("lean-panic-copy", one_slot(Duration::ZERO))
         // Windows of 10 that these tests never fill: the breakers only count.
         .breaker("lean-wait", window(10).slow_call_duration_threshold(SLOW))
         .bulkhead("lean-wait", one_slot(SLOT_WAIT))
@@ -1224,4 +1225,51 @@ async fn a_call_dropped_mid_attempt_frees_its_slot_before_its_span_closes() {
         "the slot was free when the span closed"
     );
     assert_eq!(bulkhead("lean-drop-order").in_flight, 0);
+}
+
+// ---- Making the attempt panics: reported, and the slot goes back ----
+
+/// An argument whose copy for an attempt panics.
+#[derive(Debug)]
+struct PanicsOnClone;
+
+impl Clone for PanicsOnClone {
+    fn clone(&self) -> Self {
+        panic!("this argument cannot be copied");
+    }
+}
+
+#[resilient(bulkhead = "lean-panic-copy", retries = 2, idempotent)]
+async fn copies_its_argument(arg: PanicsOnClone) -> Result<(), E> {
+    let _ = arg;
+    Ok(())
+}
+
+/// The attempt was admitted (its bulkhead slot taken) before its future
+/// was made, and making it panicked: an observed call reports the attempt
+/// as possibly applied, as the `async` engine does, and the slot goes back.
+#[tokio::test(start_paused = true)]
+async fn an_attempt_that_panics_to_make_is_reported_and_gives_its_slot_back() {
+    use futures_util::FutureExt;
+    on_global_registry().await;
+    let (result, report) = resilient::observe(async {
+        std::panic::AssertUnwindSafe(copies_its_argument(PanicsOnClone))
+            .catch_unwind()
+            .await
+    })
+    .await;
+    assert!(result.is_err(), "the copy panicked");
+    assert_eq!(report.attempts().len(), 1);
+    assert_eq!(
+        report.attempts()[0].outcome,
+        resilient::AttemptOutcome::Cancelled
+    );
+    assert!(report.may_have_taken_effect());
+    assert_eq!(bulkhead("lean-panic-copy").in_flight, 0);
+    copies_nothing().await.expect("the slot came back");
+}
+
+#[resilient(bulkhead = "lean-panic-copy")]
+async fn copies_nothing() -> Result<(), E> {
+    Ok(())
 }

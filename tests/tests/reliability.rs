@@ -942,6 +942,40 @@ async fn an_attempt_the_caller_drops_is_reported_as_possibly_applied() {
     assert!(report.may_have_taken_effect());
 }
 
+/// An argument whose copy for an attempt panics.
+#[derive(Debug)]
+struct PanicsOnClone;
+
+impl Clone for PanicsOnClone {
+    fn clone(&self) -> Self {
+        panic!("this argument cannot be copied");
+    }
+}
+
+#[resilient(retries = 2, idempotent)]
+async fn clones_its_argument(arg: PanicsOnClone) -> Result<u32, E> {
+    let _ = arg;
+    Ok(1)
+}
+
+/// Making an attempt's future (the arguments' copies) can panic: the
+/// report says the attempt may have been applied, as for any attempt cut
+/// short, rather than nothing.
+#[tokio::test(start_paused = true)]
+async fn an_attempt_whose_arguments_panic_to_copy_is_reported_as_possibly_applied() {
+    use futures_util::FutureExt;
+    let (result, report) = resilient::observe(async {
+        std::panic::AssertUnwindSafe(clones_its_argument(PanicsOnClone))
+            .catch_unwind()
+            .await
+    })
+    .await;
+    assert!(result.is_err(), "the copy panicked");
+    assert_eq!(report.attempts().len(), 1);
+    assert_eq!(report.attempts()[0].outcome, AttemptOutcome::Cancelled);
+    assert!(report.may_have_taken_effect());
+}
+
 #[resilient(deadline_ms = 60000)]
 async fn lookup_that_hangs() -> Result<u32, E> {
     std::future::pending::<()>().await;

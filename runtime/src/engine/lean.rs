@@ -44,7 +44,7 @@ use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 
 use super::{
-    Attempted, BodyEnd, Call, DepsRef, Failure, First, NO_DEPS, Policy, Resumed, Start,
+    Attempted, BodyEnd, Call, CutAttempt, DepsRef, Failure, First, NO_DEPS, Policy, Resumed, Start,
     finish_held, once_end, refused,
 };
 use crate::__private::ReturnsResult;
@@ -419,7 +419,16 @@ where
             let Some((_, make)) = this.parts.as_mut() else {
                 unreachable!("checked above");
             };
+            // Making the attempt's future (cloning the arguments) may
+            // panic: an observed call then reports the attempt as possibly
+            // applied, as the engine's `Call::attempt` does.
+            let cut = CutAttempt {
+                function: policy.function,
+                number: 1,
+                armed: path.observed,
+            };
             this.body.set(Some(make()));
+            cut.disarm();
         }
         let (Some(start), Some(span)) = (this.start.as_ref(), this.span.as_ref()) else {
             unreachable!("set above");
