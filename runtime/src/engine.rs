@@ -407,53 +407,6 @@ impl Times {
 }
 
 impl<C> Call<C> {
-    /// Starts a call: fixes its deadline and finds its named parts. Refuses
-    /// a call whose deadline has already passed, so it does no work.
-    ///
-    /// `span`: the call's span, a local of the engine's future rather than
-    /// a field here: the bigger `Call` is, the costlier its move out of this
-    /// function (a `memcpy` call, past a size).
-    #[inline(always)]
-    fn begin<E>(
-        policy: &'static Policy,
-        span: &CallSpan,
-        classify: C,
-        refuse: fn(Error) -> E,
-    ) -> Result<Self, E> {
-        let mut path = PathStart::current();
-        let in_flight = Start::admit(policy, span, &mut path, refuse)?;
-        let deps = match policy.deps() {
-            Ok(deps) => deps,
-            Err(error) => return Err(refused(policy, &path, span, error, refuse, true, None)),
-        };
-        let times = Times::of(
-            policy,
-            path.deadline,
-            deps.needs_clock_at_start(path.cap > 1),
-        );
-        if times.passed() {
-            return Err(times.refuse(policy, &path, span, refuse));
-        }
-        // Enclosing layers ask the budget nearest the dependency before
-        // they retry, whichever layer it belongs to.
-        if path.nested {
-            frame::report_budget(deps.budget());
-        }
-        telemetry::entered(span, times.at, times.deadline);
-        Ok(Call {
-            policy,
-            classify,
-            deps,
-            deadline: times.deadline,
-            own_deadline: times.own_deadline,
-            clocked: times.clocked,
-            start: times.at,
-            path,
-            began: telemetry::began(times.at),
-            _in_flight: in_flight,
-        })
-    }
-
     /// The call begun as `start` says, with its classifier and parts.
     #[inline(always)]
     fn resume(policy: &'static Policy, classify: C, deps: DepsRef, start: Start) -> Self {
@@ -523,14 +476,7 @@ impl<C> Call<C> {
         };
         let (mut admission, body_start) = match admitted {
             Ok(admitted) => admitted,
-            Err(refusal) => {
-                telemetry::attempt_refused(self.policy);
-                self.record(number, AttemptOutcome::Refused(refusal.kind()), false);
-                return Attempted {
-                    result: Err(Failure::Refused(refusal)),
-                    frame: None,
-                };
-            }
+            Err(refusal) => return self.refused_attempt(number, refusal),
         };
         // A request earns retry budget once, when it really goes out: not
         // when refused locally, not again when an enclosing layer retries
@@ -570,6 +516,17 @@ impl<C> Call<C> {
             attempt_began,
             result,
         )
+    }
+
+    /// An attempt the breaker, throttle or bulkhead refused: it did not
+    /// run, and nothing of it reached the dependency.
+    fn refused_attempt<T, E>(&self, number: u32, refusal: Error) -> Attempted<T, E> {
+        telemetry::attempt_refused(self.policy);
+        self.record(number, AttemptOutcome::Refused(refusal.kind()), false);
+        Attempted {
+            result: Err(Failure::Refused(refusal)),
+            frame: None,
+        }
     }
 
     /// Records how an attempt's body ended (or that its deadline cut it,
@@ -908,40 +865,21 @@ fn refused<E>(
 }
 
 /// Runs an annotated function's body once: the expansion of a function
-/// without `retries`. Its deadline, timeout, breaker and bulkhead apply.
+/// without `retries` that names no breaker, budget or bulkhead. Its
+/// deadline and timeout apply; its attempt runs on the lean path (the
+/// `lean` module).
 ///
 /// Generic over the return type `R` rather than `Result<T, E>`, with the
 /// same bounds the expansion checks at the user's return type, so a
 /// function returning something else gets exactly one error, there.
 ///
-/// A plain function returning an `async fn`'s future, not an `async fn`
-/// around it: each layer of futures nests in the type of every
-/// enclosing annotated call's future, and deep nesting of calls meets the
-/// compiler's recursion limit when it proves the future `Send`.
+/// A plain function returning a future, not an `async fn` around it: each
+/// layer of futures nests in the type of every enclosing annotated call's
+/// future, and deep nesting of calls meets the compiler's recursion limit
+/// when it proves the future `Send`.
 ///
 /// `describe` shows the function's error in telemetry: `Some` when the
 /// error type is `Display`, found by the expansion where the type is known.
-pub fn once_described<R, C, V, M, Fut>(
-    policy: &'static Policy,
-    classify: C,
-    refuse: fn(Error) -> R::Error,
-    describe: Describe<R::Error>,
-    make: M,
-) -> impl Future<Output = R>
-where
-    M: FnOnce() -> Fut,
-    Fut: Future<Output = R>,
-    R: ReturnsResult,
-    C: Fn(&R::Error) -> V,
-    V: Into<Verdict>,
-{
-    once_inner::<R, _, _, _, _>(policy, classify, refuse, describe, move || {
-        IntoResult::new(make())
-    })
-}
-
-/// [`once_described`] for a function that names no breaker, budget or
-/// bulkhead: its first attempt runs on the lean path (the `lean` module).
 pub fn once_lean<R, C, V, M, Fut>(
     policy: &'static Policy,
     classify: C,
@@ -976,38 +914,10 @@ where
     }
 }
 
-// The decisions below are `retry_loop`'s for `retries = 0`, kept apart on
-// purpose: running a call without retries through the retry loop (its
-// backoff iterator, its larger state) measured about 65 instructions more
-// per call on the success path (`benches/callgrind.sh`).
-async fn once_inner<R, C, V, M, Fut>(
-    policy: &'static Policy,
-    classify: C,
-    refuse: fn(Error) -> R::Error,
-    describe: Describe<R::Error>,
-    make: M,
-) -> R
-where
-    R: ReturnsResult,
-    M: FnOnce() -> Fut,
-    Fut: Future<Output = Result<R::Ok, R::Error>>,
-    C: Fn(&R::Error) -> V,
-    V: Into<Verdict>,
-{
-    let span = telemetry::span(policy);
-    let call = match Call::begin(policy, &span, classify, refuse) {
-        Ok(call) => call,
-        Err(error) => return R::from_result(Err(error)),
-    };
-    let attempted = call
-        .attempt(&span, 1, call.path.base, call.start, None, make)
-        .await;
-    once_end(&call, &span, attempted, refuse, describe)
-}
-
 /// A call without retries handed over by the lean path before its attempt
 /// was made ([`First::Waiting`], [`First::NotBegun`]): it goes on exactly
-/// as [`once_inner`] would. (A first attempt the lean path made ends there.)
+/// as a call the lean path began. (A first attempt the lean path made ends
+/// there, in [`once_end`].)
 async fn once_resumed<R, C, V, F, Fut>(
     resumed: Resumed<C, R::Ok, R::Error>,
     refuse: fn(Error) -> R::Error,
@@ -1022,7 +932,7 @@ where
     V: Into<Verdict>,
 {
     // The call is declared after its span, so that it ends (leaving the
-    // work in flight) before the span closes, as in `once_inner`.
+    // work in flight) before the span closes.
     let span = resumed.span;
     let call = resumed.call;
     let waiting = match resumed.first {
@@ -1038,8 +948,11 @@ where
     once_end(&call, &span, attempted, refuse, describe)
 }
 
-/// How a call without retries ends after its one attempt: also the end of
-/// a lean call's failed attempt ([`lean`]).
+/// How a call without retries ends after its one attempt. These are the
+/// retry loop's decisions (`retry_decisions!`) for `retries = 0`, kept
+/// apart on purpose: a call without retries run through the retry loop
+/// (its backoff iterator, its larger state) measured about 65 instructions
+/// more per call on the success path (`benches/callgrind.sh`).
 #[inline(always)]
 fn once_end<R, C, V>(
     call: &Call<C>,
@@ -1108,32 +1021,12 @@ where
 }
 
 /// Runs an annotated function's body up to `1 + retries` times: the
-/// expansion of a function with `retries`. `attempt` makes each attempt's
-/// future from fresh copies of the arguments.
-/// A plain function for the reason given at [`once_described`].
-/// `describe` as for [`once_described`].
-pub fn retry_described<R, C, V, F, Fut>(
-    policy: &'static Policy,
-    classify: C,
-    refuse: fn(Error) -> R::Error,
-    describe: Describe<R::Error>,
-    attempt: F,
-) -> impl Future<Output = R>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = R>,
-    R: ReturnsResult,
-    C: Fn(&R::Error) -> V,
-    V: Into<Verdict>,
-{
-    let mut attempt = attempt;
-    retry_loop::<R, _, _, _, _>(policy, classify, refuse, describe, move || {
-        IntoResult::new(attempt())
-    })
-}
-
-/// [`retry_described`] for a function that names no breaker, budget or
-/// bulkhead: its first attempt runs on the lean path (the `lean` module).
+/// expansion of a function with `retries` that names no breaker, budget or
+/// bulkhead. `attempt` makes each attempt's future from fresh copies of
+/// the arguments. Its first attempt runs on the lean path (the `lean`
+/// module); after a failed one, the call goes on in `retry_resumed`.
+/// A plain function for the reason given at [`once_lean`]; `describe` as
+/// there.
 pub fn retry_lean<R, C, V, F, Fut>(
     policy: &'static Policy,
     classify: C,
@@ -1162,7 +1055,7 @@ where
     )
 }
 
-/// [`retry_described`] for a function that names a breaker, budget or
+/// [`retry_lean`] for a function that names a breaker, budget or
 /// bulkhead: its first attempt, admitted at once by parts cached for the
 /// call site, runs on the lean path (the `lean` module) too. A call whose
 /// first attempt waits for a bulkhead slot, or whose parts come from a
@@ -1196,8 +1089,8 @@ where
     )
 }
 
-/// [`once_described`] for a function that names a breaker, budget or
-/// bulkhead: as [`retry_parts`] runs its first attempt.
+/// [`once_lean`] for a function that names a breaker, budget or bulkhead:
+/// as [`retry_parts`] runs its first attempt.
 pub fn once_parts<R, C, V, M, Fut>(
     policy: &'static Policy,
     classify: C,
@@ -1249,9 +1142,8 @@ where
     ))
 }
 
-/// The retry loop of [`retry_loop`] and [`retry_resumed`], written once:
-/// `$attempt` is how each iteration gets its attempt (the latter's first
-/// one is given). A macro, not a function: the loop awaits, and a nested
+/// The retry loop of [`retry_resumed`]: `$attempt` is how each iteration
+/// gets its attempt (the first one may be given). A macro, not a function: the loop awaits, and a nested
 /// `async fn` would move the call's state once more on every attempt.
 /// Locals the loop and `$attempt` share are passed in by name (hygiene).
 macro_rules! retry_decisions {
@@ -1266,7 +1158,7 @@ macro_rules! retry_decisions {
         let describe = $describe;
         // The budget below the last attempt, nearest the dependency.
         let mut last_nested: Option<BudgetRef>;
-        // One block, not a nested `async fn`: see `once_described` on nesting.
+        // One block, not a nested `async fn`: see `once_lean` on nesting.
         let result: Result<R::Ok, (R::Error, CallOutcome)> = 'call: {
             let mut delays = policy.backoff.delays();
             let mut $started = call.start;
@@ -1396,42 +1288,9 @@ macro_rules! retry_decisions {
     }};
 }
 
-async fn retry_loop<R, C, V, F, Fut>(
-    policy: &'static Policy,
-    classify: C,
-    refuse: fn(Error) -> R::Error,
-    describe: Describe<R::Error>,
-    mut attempt: F,
-) -> R
-where
-    R: ReturnsResult,
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<R::Ok, R::Error>>,
-    C: Fn(&R::Error) -> V,
-    V: Into<Verdict>,
-{
-    let span = telemetry::span(policy);
-    let call = match Call::begin(policy, &span, classify, refuse) {
-        Ok(call) => call,
-        Err(error) => return R::from_result(Err(error)),
-    };
-    retry_decisions!(
-        policy,
-        call,
-        span,
-        refuse,
-        describe,
-        number,
-        position,
-        started,
-        call.attempt(&span, number, position, started.take(), None, &mut attempt)
-            .await
-    )
-}
-
 /// The retry loop of a call handed over by the lean path ([`lean`]): after
 /// its first attempt failed, or before it was made ([`First::Waiting`],
-/// [`First::NotBegun`]). It goes on exactly as [`retry_loop`] would.
+/// [`First::NotBegun`]).
 async fn retry_resumed<R, C, V, F, Fut>(
     resumed: Resumed<C, R::Ok, R::Error>,
     refuse: fn(Error) -> R::Error,
@@ -1446,7 +1305,7 @@ where
     V: Into<Verdict>,
 {
     // The call is declared after its span, so that it ends (leaving the
-    // work in flight) before the span closes, as in `retry_loop`.
+    // work in flight) before the span closes.
     let span = resumed.span;
     let call = resumed.call;
     let policy = call.policy;
@@ -1462,7 +1321,7 @@ where
         started,
         match first.take() {
             // The first attempt used the call's start: later ones read the
-            // clock again, as in `retry_loop`.
+            // clock again.
             Some(First::Attempted(attempted)) => {
                 started.take();
                 attempted

@@ -2,9 +2,7 @@
 //! with the macro, which is pinned to this exact crate version.
 
 pub use crate::Backoff;
-pub use crate::engine::{
-    Policy, once_described, once_lean, once_parts, retry_described, retry_lean, retry_parts,
-};
+pub use crate::engine::{Policy, once_lean, once_parts, retry_lean, retry_parts};
 pub use crate::telemetry::Describe;
 
 use std::future::Future;

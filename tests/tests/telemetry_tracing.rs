@@ -455,9 +455,7 @@ fn display_probe_finds_display_and_falls_back_to_the_type_name() {
 
 #[tokio::test(start_paused = true)]
 async fn display_of_the_error_when_the_call_site_knows_it() {
-    use resilient::__private::{
-        Policy, ViaDisplay, classify_by_trait, refusal_into, retry_described,
-    };
+    use resilient::__private::{Policy, ViaDisplay, classify_by_trait, refusal_into, retry_lean};
     static POLICY: Policy =
         Policy::new("tests::described")
             .retries(1)
@@ -468,7 +466,7 @@ async fn display_of_the_error_when_the_call_site_knows_it() {
     let (captured, _guard) = capture(LevelFilter::TRACE);
     let fails = AtomicU32::new(10);
     let describe = resilient::__private::DisplayProbe::<E>::new().__resilient_describer();
-    let result: Result<u32, E> = retry_described(
+    let result: Result<u32, E> = retry_lean(
         &POLICY,
         classify_by_trait,
         refusal_into::<Result<u32, E>>(),

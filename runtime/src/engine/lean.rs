@@ -44,8 +44,8 @@ use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep};
 
 use super::{
-    Attempted, BodyEnd, Call, DepsRef, Failure, First, NO_DEPS, Policy, Resumed, Start,
-    finish_held, once_end, refused,
+    Attempted, BodyEnd, Call, DepsRef, First, NO_DEPS, Policy, Resumed, Start, finish_held,
+    once_end, refused,
 };
 use crate::__private::ReturnsResult;
 use crate::Error;
@@ -269,7 +269,7 @@ pin_project! {
         refuse: fn(Error) -> R::Error,
         describe: Describe<R::Error>,
         // Hand a failed first attempt to the retry loop; else end the call
-        // as `once_inner` does.
+        // as `once_end` does.
         retrying: bool,
         // The attempt's future is being made (a panic there leaves it so).
         making: bool,
@@ -400,7 +400,7 @@ where
                 };
                 start
             } else {
-                // `Call::begin` for a call without parts: nothing to
+                // The call's beginning without parts: nothing to
                 // resolve, no clock needed for statistics, no budget to
                 // report.
                 let mut path = PathStart::current();
@@ -487,7 +487,7 @@ where
         let end = this.frame.take_end();
         match result {
             Ok(Ok(value)) => {
-                // `Call::conclude` and the end of `retry_loop` for a
+                // `Call::conclude` and the end of the retry loop for a
                 // success. The first attempt began with the call.
                 match this.admission.slot() {
                     None => {
@@ -545,11 +545,11 @@ where
     }
 }
 
-/// `Call::begin` and the first attempt's admission by `Call::attempt`, for
-/// a call that names parts: they are found (cached for the call site from
-/// the global registry), the call's budget is reported to enclosing layers,
-/// the attempt admitted (its admission kept in place, in `admission`) and
-/// the request counted by the budget. `Some`: the call ended here, or goes
+/// The beginning of a call that names parts, and its first attempt's
+/// admission (as `Call::attempt` admits later ones): the parts are found
+/// (cached for the call site from the global registry), the call's budget
+/// is reported to enclosing layers, the attempt admitted (its admission
+/// kept in place, in `admission`) and the request counted by the budget. `Some`: the call ended here, or goes
 /// on in the `async` engine. Out of line, and given only the fields it
 /// needs: a call without parts carries none of this in its `poll`.
 #[inline(never)]
@@ -695,12 +695,7 @@ where
     C: Fn(&R::Error) -> V,
     V: Into<Verdict>,
 {
-    telemetry::attempt_refused(call.policy);
-    call.record(1, AttemptOutcome::Refused(refusal.kind()), false);
-    let attempted = Attempted {
-        result: Err(Failure::Refused(refusal)),
-        frame: None,
-    };
+    let attempted = call.refused_attempt(1, refusal);
     ended(call, span, make, attempted, how)
 }
 
