@@ -392,19 +392,19 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
     // there and records its outcome (and can hand a call over before its
     // first attempt, to wait for a bulkhead slot).
     let names_parts = args.breaker.is_some() || args.budget.is_some() || args.bulkhead.is_some();
-    let retry_described = engine(if names_parts {
+    let retry_engine = engine(if names_parts {
         "retry_parts"
     } else {
         "retry_lean"
     });
-    let once_described = engine(if names_parts {
+    let once_engine = engine(if names_parts {
         "once_parts"
     } else {
         "once_lean"
     });
     let call = if checked.reuses_arguments {
         let engine = quote_spanned! {ret_span=>
-            #retry_described(&#policy_ident, #classifier, #refusal_into(), #describe, || {
+            #retry_engine(&#policy_ident, #classifier, #refusal_into(), #describe, || {
                 #(#rebinds)*
                 #define_into_result
                 #krate_at_ret::__private::as_result(async move #attempt, #into)
@@ -450,7 +450,7 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
         }
     } else {
         quote_spanned! {ret_span=>
-            #from_result(#once_described(&#policy_ident, #classifier, #refusal_into(), #describe, move || {
+            #from_result(#once_engine(&#policy_ident, #classifier, #refusal_into(), #describe, move || {
                 #define_into_result
                 #krate_at_ret::__private::as_result(async move #attempt, #into)
             }).await)
