@@ -267,6 +267,15 @@ impl Frame {
         }
     }
 
+    /// Makes this idle frame ([`IDLE`](Self::IDLE)) the frame of a call's
+    /// first attempt, as [`attempt`](Self::attempt) makes one: written in
+    /// place, with no budget of an earlier attempt to drop.
+    #[inline]
+    pub(crate) fn start_first(&mut self, path: &PathStart, deadline: Option<Instant>) {
+        debug_assert!(self.budget.is_none() && !self.slot.present);
+        self.slot = Frame::attempt(path, path.base, path.in_retry, deadline).slot;
+    }
+
     /// A transparent frame inside the current one, with `deadline` as the
     /// task's deadline; `observed` when it starts an [`observe`](crate::observe).
     pub(crate) fn transparent(deadline: Option<Instant>, observed: bool) -> Frame {
@@ -330,6 +339,18 @@ impl Frame {
     #[inline]
     pub(crate) fn deadline(&self) -> Option<Instant> {
         self.slot.deadline
+    }
+
+    /// The furthest position nested calls reached (at least `base + 1`).
+    #[inline]
+    pub(crate) fn high(&self) -> u32 {
+        self.slot.high
+    }
+
+    /// The budget the frame collected, taken out of it.
+    #[inline]
+    pub(crate) fn take_budget(&mut self) -> Option<BudgetRef> {
+        self.budget.take()
     }
 
     /// What the frame collected, for a frame kept in place: its budget is

@@ -282,31 +282,45 @@ pin_project! {
         A: Held,
     {
         fn drop(this: Pin<&mut Self>) {
-            // Dropped while its attempt ran (an enclosing timer, the
-            // caller's `select!`): in the order the `async` engine's
-            // locals drop. The body is dropped inside its frame, so nested
-            // calls report how far they got, and that is passed on; an
-            // observed call reports the attempt as possibly applied; the
-            // admission goes back. The call and its span drop after, with
-            // the fields.
-            let this = this.project();
-            if *this.making && this.start.as_ref().is_some_and(|start| start.path.observed) {
-                report::record(this.policy.function, 1, AttemptOutcome::Cancelled, true);
+            // A call that ended, or never began, has nothing to give back
+            // here: its fields drop as they are. Checked in line, before
+            // projecting (which LLVM otherwise spells out on the stack);
+            // the rest is out of line, off the success path.
+            if this.making || this.body.is_some() {
+                dropped_mid_attempt(this.project());
             }
-            if this.body.is_some() {
-                let mut body = this.body;
-                this.frame.enter_attempt(|| body.set(None));
-                frame::forward(&this.frame.take_end());
-                if this.start.as_ref().is_some_and(|start| start.path.observed) {
-                    report::record(this.policy.function, 1, AttemptOutcome::Cancelled, true);
-                }
-                // The admission (bulkhead slot, half-open probe) goes back
-                // now, before the call leaves the work in flight (its
-                // `Start`) and its span closes, as the engine's does.
-                if let Some(held) = this.admission.slot() {
-                    *held = None;
-                }
-            }
+        }
+    }
+}
+
+/// A lean call dropped while its attempt ran (an enclosing timer, the
+/// caller's `select!`), or while the attempt's future was being made: in
+/// the order the `async` engine's locals drop. The body is dropped inside
+/// its frame, so nested calls report how far they got, and that is passed
+/// on; an observed call reports the attempt as possibly applied; the
+/// admission goes back. The call and its span drop after, with the fields.
+#[cold]
+#[inline(never)]
+fn dropped_mid_attempt<R, C, V, F, Fut, A>(this: LeanProj<'_, R, C, V, F, Fut, A>)
+where
+    R: ReturnsResult,
+    A: Held,
+{
+    if *this.making && this.start.as_ref().is_some_and(|start| start.path.observed) {
+        report::record(this.policy.function, 1, AttemptOutcome::Cancelled, true);
+    }
+    if this.body.is_some() {
+        let mut body = this.body;
+        this.frame.enter_attempt(|| body.set(None));
+        frame::forward(&this.frame.take_end());
+        if this.start.as_ref().is_some_and(|start| start.path.observed) {
+            report::record(this.policy.function, 1, AttemptOutcome::Cancelled, true);
+        }
+        // The admission (bulkhead slot, half-open probe) goes back now,
+        // before the call leaves the work in flight (its `Start`) and its
+        // span closes, as the engine's does.
+        if let Some(held) = this.admission.slot() {
+            *held = None;
         }
     }
 }
@@ -421,7 +435,7 @@ where
             let timeout_at = start.start.and_then(|at| at.checked_add(policy.timeout?));
             let deadline = earliest(start.deadline, timeout_at);
             let path = &start.path;
-            *this.frame = Frame::attempt(path, path.base, path.in_retry, deadline);
+            this.frame.start_first(path, deadline);
             let Some((_, make)) = this.parts.as_mut() else {
                 unreachable!("checked above");
             };
@@ -483,8 +497,6 @@ where
         // concluded, as the `async` engine does.
         this.body.set(None);
         this.sleep.set(None);
-        let deadline = this.frame.deadline();
-        let end = this.frame.take_end();
         match result {
             Ok(Ok(value)) => {
                 // `Call::conclude` and the end of the retry loop for a
@@ -510,8 +522,10 @@ where
                     report::record(policy.function, 1, AttemptOutcome::Succeeded, false);
                 }
                 if path.nested {
-                    frame::reach(path.base.max(end.high));
-                    frame::report_budget(end.budget);
+                    // What the attempt's frame collected, read from its
+                    // place: a success needs only these two.
+                    frame::reach(path.base.max(this.frame.high()));
+                    frame::report_budget(this.frame.take_budget());
                 }
                 telemetry::call_ended(policy, &start.began, CallOutcome::Success);
                 // The call is over: it leaves the work in flight and its
@@ -522,6 +536,8 @@ where
                 Poll::Ready(LeanEnd::Done(R::from_result(Ok(value))))
             }
             result => {
+                let deadline = this.frame.deadline();
+                let end = this.frame.take_end();
                 let (Some(start), Some(span), Some((classify, make))) =
                     (this.start.take(), this.span.take(), this.parts.take())
                 else {
