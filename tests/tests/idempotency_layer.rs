@@ -406,3 +406,183 @@ async fn unscoped_keys_are_shared_by_every_caller() {
     assert_eq!(bob, (StatusCode::CREATED, true, "charge 1 of 500".into()));
     assert_eq!(provider.runs.load(Ordering::SeqCst), 1);
 }
+
+/// Regression (found from outside): a request whose client gave up while
+/// its handler ran made the layer forget the key, and a repeat with the
+/// same key ran the handler (the charge) a second time. The handler now
+/// runs to its end on its own task, and its answer is kept.
+#[tokio::test]
+async fn a_request_its_client_gave_up_on_still_runs_once_and_is_replayed() {
+    let provider = Arc::new(Provider {
+        delay: Duration::from_millis(300),
+        ..Provider::default()
+    });
+    let addr = serve(provider.clone(), IdempotencyLayer::new()).await;
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(50))
+        .build()
+        .unwrap();
+    let cut = impatient
+        .post(format!("http://{addr}/charges"))
+        .header("idempotency-key", "cut-1")
+        .body("500")
+        .send()
+        .await;
+    assert!(
+        cut.is_err(),
+        "the client's own timeout cuts the first request"
+    );
+    // The handler is still running: a repeat waits for it, and gets its
+    // answer instead of running it again.
+    let repeat = post_charge(addr, Some("cut-1"), "500").await;
+    assert_eq!(
+        repeat,
+        (StatusCode::CREATED, true, "charge 1 of 500".into())
+    );
+    let later = post_charge(addr, Some("cut-1"), "500").await;
+    assert_eq!(later, (StatusCode::CREATED, true, "charge 1 of 500".into()));
+    assert_eq!(provider.runs.load(Ordering::SeqCst), 1);
+}
+
+/// The same, cut by the README's `ResilienceLayer` at the caller's
+/// deadline (`Request-Budget-Ms`): the caller gets its 504 at once, the
+/// handler finishes on its task, and the next request with the key gets
+/// the handler's own answer rather than a second run.
+#[tokio::test]
+async fn a_request_cut_at_its_deadline_still_runs_once_and_is_replayed() {
+    use resilient::tower::ResilienceLayer;
+    let provider = Arc::new(Provider {
+        delay: Duration::from_millis(300),
+        ..Provider::default()
+    });
+    let router = Router::new()
+        .route("/charges", post(charge))
+        .with_state(provider.clone())
+        .layer(IdempotencyLayer::new())
+        .layer(ResilienceLayer::new());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let client = reqwest::Client::new();
+    let send = |budget: &'static str| {
+        client
+            .post(format!("http://{addr}/charges"))
+            .header("idempotency-key", "deadline-1")
+            .header("request-budget-ms", budget)
+            .body("700")
+            .send()
+    };
+    let cut = send("100").await.unwrap();
+    assert_eq!(cut.status(), StatusCode::GATEWAY_TIMEOUT);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let retry = send("5000").await.unwrap();
+    assert_eq!(retry.status(), StatusCode::CREATED);
+    assert!(retry.headers().get("idempotent-replayed").is_some());
+    assert_eq!(retry.text().await.unwrap(), "charge 1 of 700");
+    assert_eq!(provider.runs.load(Ordering::SeqCst), 1);
+}
+
+/// With the layers the other way round (`ResilienceLayer` inside), the
+/// cut handler's 504 is kept: it may have done its work, so it is not
+/// mistaken for a refusal before the handler ran.
+#[tokio::test]
+async fn a_handler_cut_inside_the_layer_is_not_run_again() {
+    use resilient::tower::ResilienceLayer;
+    use tower::ServiceBuilder;
+    let provider = Arc::new(Provider {
+        delay: Duration::from_millis(300),
+        ..Provider::default()
+    });
+    let router = Router::new()
+        .route("/charges", post(charge))
+        .with_state(provider.clone())
+        .layer(
+            ServiceBuilder::new()
+                .layer(IdempotencyLayer::new())
+                .layer(ResilienceLayer::new()),
+        );
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let client = reqwest::Client::new();
+    let send = |budget: &'static str| {
+        client
+            .post(format!("http://{addr}/charges"))
+            .header("idempotency-key", "inner-cut")
+            .header("request-budget-ms", budget)
+            .body("3")
+            .send()
+    };
+    let cut = send("100").await.unwrap();
+    assert_eq!(cut.status(), StatusCode::GATEWAY_TIMEOUT);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let retry = send("5000").await.unwrap();
+    assert_eq!(retry.status(), StatusCode::GATEWAY_TIMEOUT);
+    assert!(retry.headers().get("idempotent-replayed").is_some());
+    assert_eq!(provider.runs.load(Ordering::SeqCst), 1);
+}
+
+static PANIC_RUNS: AtomicU32 = AtomicU32::new(0);
+
+async fn charge_then_panic() -> String {
+    PANIC_RUNS.fetch_add(1, Ordering::SeqCst);
+    panic!("the handler panics after charging");
+}
+
+/// A handler that panics after doing its work is answered 500, and the
+/// answer is kept: the repeat is not run.
+#[tokio::test]
+async fn a_handler_that_panics_is_answered_500_and_not_run_again() {
+    let router = Router::new()
+        .route("/charges", post(charge_then_panic))
+        .layer(IdempotencyLayer::new());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let first = post_charge(addr, Some("panics"), "1").await;
+    assert_eq!(
+        (first.0, first.1),
+        (StatusCode::INTERNAL_SERVER_ERROR, false)
+    );
+    assert!(first.2.contains("not run again"), "{}", first.2);
+    let again = post_charge(addr, Some("panics"), "1").await;
+    assert_eq!(
+        (again.0, again.1),
+        (StatusCode::INTERNAL_SERVER_ERROR, true)
+    );
+    assert_eq!(PANIC_RUNS.load(Ordering::SeqCst), 1);
+}
+
+#[resilient::resilient(retries = 3, timeout_ms = 200, base_ms = 10, cap_ms = 20)]
+async fn pay(
+    client: &reqwest::Client,
+    addr: SocketAddr,
+    key: &resilient::IdempotencyKey,
+) -> Result<String, resilient::http::Error> {
+    use resilient::reqwest::RequestBuilderExt;
+    Ok(client
+        .post(format!("http://{addr}/charges"))
+        .idempotency_key(key)
+        .body("100")
+        .send_checked()
+        .await?
+        .text()
+        .await?)
+}
+
+/// The library's own client against a slow handler: the first attempt is
+/// cut by `timeout_ms`, the retry carries the same key, waits for the
+/// running handler and gets its answer. One charge.
+#[tokio::test]
+async fn a_retry_by_the_library_client_with_the_same_key_charges_once() {
+    let provider = Arc::new(Provider {
+        delay: Duration::from_millis(300),
+        ..Provider::default()
+    });
+    let addr = serve(provider.clone(), IdempotencyLayer::new()).await;
+    let client = reqwest::Client::new();
+    let key = resilient::IdempotencyKey::random();
+    let answer = pay(&client, addr, &key).await.unwrap();
+    assert_eq!(answer, "charge 1 of 100");
+    assert_eq!(provider.runs.load(Ordering::SeqCst), 1);
+}

@@ -48,6 +48,21 @@ const DEFAULT_MAX_BODY: usize = 1 << 20;
 /// * A request with the same key that arrives while the first runs waits
 ///   for it and gets its answer (whatever it is); one that arrives later
 ///   gets the stored answer at once. Both carry `Idempotent-Replayed: true`.
+/// * Once the handler has started, it runs to its end on a task of its own
+///   (with the request's deadline and registry, as
+///   [`propagate`](crate::propagate) gives them), even when the first
+///   request goes away: its client disconnects or times out, or an outer
+///   layer cuts it ([`ResilienceLayer`](super::ResilienceLayer)'s deadline).
+///   (Outside a tokio runtime there is no task to run it on: it runs in the
+///   request, and a request dropped mid-run keeps a `500` saying the work
+///   may be partly done.)
+///   Its answer is then kept for the repeats all the same: forgetting the
+///   key there would let a retry run the work a second time. A handler that
+///   panics (or whose service fails without an answer) is answered `500`,
+///   and that answer is kept too: it may have done part of the work. For
+///   the same reason, a `ResilienceLayer` inside this one that cuts a
+///   running handler at its deadline answers a `504` that is kept; only
+///   its refusals before the handler ran are forgotten.
 /// * The same key with a different method, path or body is refused with
 ///   `422 Unprocessable Content` (the key was reused for another
 ///   operation: IETF draft `draft-ietf-httpapi-idempotency-key-header`).
@@ -331,13 +346,19 @@ fn expiry(now: Instant, ttl: Duration) -> Instant {
         .unwrap_or(now)
 }
 
-/// Forgets a running key if the handler's future is dropped (the client
-/// went away) before it answered, so a retry can run it.
+/// The claim of a running key, until its answer is given
+/// ([`complete`](Self::complete)). Dropped without one: before the handler
+/// started (waiting for the service to be ready), the key is forgotten, so
+/// a retry runs it; after (the handler panicked or failed with a service
+/// error, or its task was cancelled with the runtime), the work may be
+/// partly done, so the key keeps an answer saying so ([`interrupted`]) and
+/// is never run again.
 struct RunGuard {
     store: Arc<Store>,
     key: String,
     generation: u64,
     tx: Option<watch::Sender<Option<Arc<Stored>>>>,
+    started: bool,
 }
 
 impl RunGuard {
@@ -355,10 +376,28 @@ impl RunGuard {
 
 impl Drop for RunGuard {
     fn drop(&mut self) {
-        if self.tx.is_some() {
+        let Some(tx) = self.tx.take() else {
+            return;
+        };
+        if self.started {
+            let answer = Arc::new(interrupted());
+            self.store
+                .finish(&self.key, self.generation, Some(answer.clone()));
+            let _ = tx.send(Some(answer));
+        } else {
+            // Dropping the sender wakes the waiters, who claim the key again.
             self.store.finish(&self.key, self.generation, None);
         }
     }
+}
+
+/// The answer of a request whose handler started and did not answer: it
+/// panicked, or its task was cancelled (the runtime shut down).
+fn interrupted() -> Stored {
+    problem_stored(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "the handler stopped before answering; it may have carried out part of the request, so it is not run again for this Idempotency-Key",
+    )
 }
 
 fn replay<B>(stored: &Stored) -> Response<ResponseBody<B>> {
@@ -415,6 +454,59 @@ fn is_final(parts: &::http::response::Parts) -> bool {
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Runs the handler for a claimed key, reads its answer, and completes the
+/// claim with it.
+async fn run_to_end<S, ReqB, ResB>(
+    mut inner: S,
+    request: Request<ReqB>,
+    guard: RunGuard,
+    max: usize,
+) -> Result<Response<ResponseBody<ResB>>, S::Error>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>>,
+    ResB: Body<Data = Bytes>,
+    ResB::Error: Into<BoxError>,
+{
+    // Whether the handler gave up is part of its answer: a replay must say
+    // "do not retry" as the first did.
+    let (response, report) = crate::observe(inner.call(request)).await;
+    let (mut parts, body) = response?.into_parts();
+    if report.gave_up() && (parts.status.is_client_error() || parts.status.is_server_error()) {
+        crate::http::set_do_not_retry(&mut parts.headers);
+    }
+    let collected = match Limited::new(body, max).collect().await {
+        Ok(collected) => collected,
+        // The handler ran, and its answer is more than the store keeps:
+        // keep that it ran, so that a repeat does not run it a second time.
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            let ran = Arc::new(problem_stored(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the request was carried out, but its answer is larger than the idempotency layer keeps",
+            ));
+            guard.complete(Some(ran.clone()), true);
+            let mut response = replay(&ran);
+            response.headers_mut().remove(IDEMPOTENT_REPLAYED);
+            return Ok(response);
+        }
+        Err(_) => {
+            guard.complete(None, false);
+            return Ok(problem(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the handler's answer could not be read",
+            ));
+        }
+    };
+    let stored = Arc::new(Stored {
+        status: parts.status,
+        headers: parts.headers.clone(),
+        body: collected.to_bytes(),
+    });
+    guard.complete(Some(stored.clone()), is_final(&parts));
+    let mut response = Response::from_parts(parts, Either::Right(Full::new(stored.body.clone())));
+    response.headers_mut().remove(IDEMPOTENT_REPLAYED);
+    Ok(response)
+}
 
 impl<S, ReqB, ResB> Service<Request<ReqB>> for Idempotency<S>
 where
@@ -506,58 +598,38 @@ where
                         }
                     }
                     Claim::Run(tx, generation) => {
-                        let guard = RunGuard {
+                        let mut guard = RunGuard {
                             store: store.clone(),
                             key: key.clone().into_owned(),
                             generation,
                             tx: Some(tx),
+                            started: false,
                         };
                         let request = request.take().expect("runs once: the loop returns after");
+                        // Dropped while waiting here, the request has not
+                        // run: the guard forgets the key.
                         std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
-                        // Whether the handler gave up is part of its answer:
-                        // a replay must say "do not retry" as the first did.
-                        let (response, report) = crate::observe(inner.call(request)).await;
-                        let (mut parts, body) = response?.into_parts();
-                        if report.gave_up()
-                            && (parts.status.is_client_error() || parts.status.is_server_error())
-                        {
-                            crate::http::set_do_not_retry(&mut parts.headers);
-                        }
-                        let collected = match Limited::new(body, max).collect().await {
-                            Ok(collected) => collected,
-                            // The handler ran, and its answer is more than the
-                            // store keeps: keep that it ran, so that a repeat
-                            // does not run it a second time.
-                            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-                                let ran = Arc::new(problem_stored(
-                                    StatusCode::INTERNAL_SERVER_ERROR,
-                                    "the request was carried out, but its answer is larger than the idempotency layer keeps",
-                                ));
-                                guard.complete(Some(ran.clone()), true);
-                                let mut response = replay(&ran);
-                                response.headers_mut().remove(IDEMPOTENT_REPLAYED);
-                                return Ok(response);
-                            }
+                        guard.started = true;
+                        let run = run_to_end(inner, request, guard, max);
+                        // On a task of its own, the handler runs to its end
+                        // even if this request is dropped: its answer is
+                        // kept for the repeats. Outside a tokio runtime
+                        // (no task to spawn on), it runs here.
+                        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+                            return run.await;
+                        };
+                        #[cfg(feature = "tracing")]
+                        let run = tracing::Instrument::in_current_span(run);
+                        return match runtime.spawn(crate::propagate(run)).await {
+                            Ok(answer) => answer,
+                            // It panicked (or was cancelled): the guard kept
+                            // the same answer for the repeats.
                             Err(_) => {
-                                guard.complete(None, false);
-                                return Ok(problem(
-                                    StatusCode::INTERNAL_SERVER_ERROR,
-                                    "the handler's answer could not be read",
-                                ));
+                                let mut response = replay(&interrupted());
+                                response.headers_mut().remove(IDEMPOTENT_REPLAYED);
+                                Ok(response)
                             }
                         };
-                        let stored = Arc::new(Stored {
-                            status: parts.status,
-                            headers: parts.headers.clone(),
-                            body: collected.to_bytes(),
-                        });
-                        guard.complete(Some(stored.clone()), is_final(&parts));
-                        let mut response = Response::from_parts(
-                            parts,
-                            Either::Right(Full::new(stored.body.clone())),
-                        );
-                        response.headers_mut().remove(IDEMPOTENT_REPLAYED);
-                        return Ok(response);
                     }
                 }
             }

@@ -154,7 +154,7 @@ where
         let grpc = is_grpc(&request);
         let budget = deadline_budget(request.headers());
         if budget == Some(Duration::ZERO) {
-            return Box::pin(std::future::ready(Ok(deadline_passed(grpc))));
+            return Box::pin(std::future::ready(Ok(deadline_passed(grpc, false))));
         }
         let budget = budget.map(|b| b - (b / 10).min(self.max_reply_reserve));
         let handler = self.inner.call(request);
@@ -171,7 +171,7 @@ where
             });
             let (result, report) = match work.await {
                 Ok(Some(done)) => done,
-                Ok(None) => return Ok(deadline_passed(grpc)),
+                Ok(None) => return Ok(deadline_passed(grpc, true)),
                 Err(refusal) => return Ok(shutting_down(grpc, &refusal)),
             };
             let mut response = result?;
@@ -223,8 +223,11 @@ fn mark_do_not_retry<B>(response: &mut Response<B>, grpc: bool) {
 }
 
 /// The answer when the caller's deadline passed before or while the
-/// handler ran.
-fn deadline_passed<B>(grpc: bool) -> Response<ResponseBody<B>> {
+/// handler ran. A handler cut while it `ran` may have done part of its
+/// work: its answer is not marked as the library's refusal, so an
+/// [`IdempotencyLayer`] around this layer keeps it rather than letting a
+/// retry run the handler again.
+fn deadline_passed<B>(grpc: bool, ran: bool) -> Response<ResponseBody<B>> {
     if grpc {
         // A trailers-only response: HTTP 200 with the status in headers
         // (gRPC over HTTP/2 specification). Code 4 is DEADLINE_EXCEEDED.
@@ -237,10 +240,17 @@ fn deadline_passed<B>(grpc: bool) -> Response<ResponseBody<B>> {
             HeaderValue::from_static("deadline%20exceeded"),
         );
         headers.insert(GRPC_RETRY_PUSHBACK_MS, HeaderValue::from_static("-1"));
-        response.extensions_mut().insert(crate::http::RefusalAnswer);
+        if !ran {
+            response.extensions_mut().insert(crate::http::RefusalAnswer);
+        }
         return response;
     }
-    let refusal = crate::http::refusal_response(&crate::Error::deadline_exceeded());
+    let mut refusal = crate::http::refusal_response(&crate::Error::deadline_exceeded());
     debug_assert_eq!(refusal.status(), StatusCode::GATEWAY_TIMEOUT);
+    if ran {
+        refusal
+            .extensions_mut()
+            .remove::<crate::http::RefusalAnswer>();
+    }
     refusal.map(|body| Either::Right(Full::new(Bytes::from(body))))
 }
