@@ -586,3 +586,36 @@ async fn a_retry_by_the_library_client_with_the_same_key_charges_once() {
     assert_eq!(answer, "charge 1 of 100");
     assert_eq!(provider.runs.load(Ordering::SeqCst), 1);
 }
+
+static ACTED_RUNS: AtomicU32 = AtomicU32::new(0);
+
+#[resilient::resilient]
+async fn record_charge() -> Result<(), resilient::http::Error> {
+    ACTED_RUNS.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+/// Charges through an annotated call, then answers 503 (which alone says
+/// "not processed, retry").
+async fn charge_then_busy() -> (StatusCode, &'static str) {
+    record_charge().await.unwrap();
+    (StatusCode::SERVICE_UNAVAILABLE, "busy after charging")
+}
+
+/// A "not processed" answer is kept when an annotated call inside the
+/// handler succeeded: the work is partly done, and a retry must not run
+/// it again.
+#[tokio::test]
+async fn a_not_processed_answer_is_kept_when_a_call_inside_did_its_work() {
+    let router = Router::new()
+        .route("/charges", post(charge_then_busy))
+        .layer(IdempotencyLayer::new());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let first = post_charge(addr, Some("acted"), "1").await;
+    assert_eq!((first.0, first.1), (StatusCode::SERVICE_UNAVAILABLE, false));
+    let again = post_charge(addr, Some("acted"), "1").await;
+    assert_eq!((again.0, again.1), (StatusCode::SERVICE_UNAVAILABLE, true));
+    assert_eq!(ACTED_RUNS.load(Ordering::SeqCst), 1);
+}

@@ -43,8 +43,11 @@ const DEFAULT_MAX_BODY: usize = 1 << 20;
 ///   the handler has run, running it again could do the work twice. Only
 ///   the answers that say the request was *not* processed are forgotten,
 ///   so the client's retry runs it: 408, 429 and 503 (RFC 9110 §15.5.9,
-///   §15.6.4; RFC 6585 §4), and an answer whose body failed mid-way (make
-///   such handlers safe to re-run, or answer 503 before doing anything).
+///   §15.6.4; RFC 6585 §4), the library's refusals, and an answer whose
+///   body failed mid-way (make such handlers safe to re-run, or answer 503
+///   before doing anything). Such an answer is kept all the same when an
+///   annotated call inside the handler succeeded or may have taken effect
+///   (as [`observe`](crate::observe) reports it): part of the work is done.
 /// * A request with the same key that arrives while the first runs waits
 ///   for it and gets its answer (whatever it is); one that arrives later
 ///   gets the stored answer at once. Both carry `Idempotent-Replayed: true`.
@@ -475,6 +478,12 @@ where
     if report.gave_up() && (parts.status.is_client_error() || parts.status.is_server_error()) {
         crate::http::set_do_not_retry(&mut parts.headers);
     }
+    // An answer that says "not processed" is not kept, unless an annotated
+    // call inside did something: then a retry could do it again.
+    let acted = report
+        .attempts()
+        .iter()
+        .any(|a| a.may_have_taken_effect || matches!(a.outcome, crate::AttemptOutcome::Succeeded));
     let collected = match Limited::new(body, max).collect().await {
         Ok(collected) => collected,
         // The handler ran, and its answer is more than the store keeps:
@@ -486,6 +495,13 @@ where
             ));
             guard.complete(Some(ran.clone()), true);
             let mut response = replay(&ran);
+            response.headers_mut().remove(IDEMPOTENT_REPLAYED);
+            return Ok(response);
+        }
+        Err(_) if acted => {
+            let answer = Arc::new(interrupted());
+            guard.complete(Some(answer.clone()), true);
+            let mut response = replay(&answer);
             response.headers_mut().remove(IDEMPOTENT_REPLAYED);
             return Ok(response);
         }
@@ -502,7 +518,7 @@ where
         headers: parts.headers.clone(),
         body: collected.to_bytes(),
     });
-    guard.complete(Some(stored.clone()), is_final(&parts));
+    guard.complete(Some(stored.clone()), is_final(&parts) || acted);
     let mut response = Response::from_parts(parts, Either::Right(Full::new(stored.body.clone())));
     response.headers_mut().remove(IDEMPOTENT_REPLAYED);
     Ok(response)
