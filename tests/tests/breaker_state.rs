@@ -533,6 +533,42 @@ async fn snapshot_reports_state_rates_and_counts() {
     );
 }
 
+/// An open breaker's snapshot shows the closed window that opened it, also
+/// after half-open probes reopened it (as `BreakerSnapshot`'s docs say);
+/// the probes' outcomes show while it is half-open.
+#[tokio::test(start_paused = true)]
+async fn an_open_snapshot_shows_the_window_that_opened_it_even_after_probes() {
+    let b = breaker(
+        window_of_four()
+            .permitted_number_of_calls_in_half_open_state(2)
+            .wait_duration_in_open_state(Duration::from_secs(30)),
+    );
+    call(&b, SUCCESS);
+    for _ in 0..3 {
+        call(&b, FAILURE);
+    }
+    let opened = b.snapshot();
+    assert_eq!(opened.state, State::Open);
+    assert_eq!((opened.buffered_calls, opened.failed_calls), (4, 3));
+    advance(Duration::from_secs(30)).await;
+    call(&b, FAILURE);
+    let s = b.snapshot();
+    assert_eq!(s.state, State::HalfOpen);
+    assert_eq!(
+        (s.buffered_calls, s.failed_calls),
+        (1, 1),
+        "the probes so far"
+    );
+    call(&b, FAILURE);
+    let reopened = b.snapshot();
+    assert_eq!(reopened.state, State::Open);
+    assert_eq!(
+        (reopened.buffered_calls, reopened.failed_calls),
+        (4, 3),
+        "the closed window, not the probes"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn snapshot_serializes_to_json() {
     let b = breaker(window_of_four());

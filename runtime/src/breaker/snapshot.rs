@@ -5,10 +5,14 @@ use super::State;
 /// What a breaker looks like at one moment.
 ///
 /// In closed, metrics-only, open and forced-open states the counts are those
-/// of the sliding window (an open breaker still shows the calls that opened
-/// it); in half-open they are the probes' outcomes so far. Rates are `None`
-/// until the window holds `minimum_number_of_calls` outcomes (in half-open,
-/// until every probe has reported).
+/// of the sliding window, which records nothing while the breaker is open:
+/// an open breaker shows the closed window that last opened it (a
+/// time-based one only as far as its span still reaches), also after the
+/// probes of a half-open state reopened it (their rates are in that
+/// transition's [`BreakerEvent`](super::BreakerEvent)s); in half-open the
+/// counts are the probes' outcomes so far. Rates are `None` until the
+/// window holds `minimum_number_of_calls` outcomes (in half-open, until
+/// every probe has reported).
 #[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct BreakerSnapshot {
