@@ -173,9 +173,9 @@ impl BreakerConfig {
         self
     }
 
-    /// How long an open breaker rejects calls before it admits probes. From
-    /// 1 ms to one day ([`MAX_WAIT_IN_OPEN_STATE`](Self::MAX_WAIT_IN_OPEN_STATE)).
-    /// Default 60 s.
+    /// How long an open breaker rejects calls before it admits probes. More
+    /// than zero, at most one day ([`MAX_WAIT_IN_OPEN_STATE`](Self::MAX_WAIT_IN_OPEN_STATE));
+    /// configuration files give it in whole milliseconds. Default 60 s.
     pub fn wait_duration_in_open_state(mut self, wait: Duration) -> Self {
         self.wait_duration_in_open_state = wait;
         self
