@@ -52,9 +52,10 @@ use crate::Error;
 use crate::classify::Verdict;
 use crate::context::earliest;
 use crate::deps::{Admission, Admit};
-use crate::frame::{self, Frame, PathStart};
+use crate::frame::{self, BudgetRef, Frame, PathStart};
 use crate::outcome::Outcome;
 use crate::report::{self, AttemptOutcome};
+use crate::shutdown::InFlight;
 use crate::telemetry::{self, AttemptEnd, CallOutcome, CallSpan, Describe};
 
 /// Where a lean call keeps its first attempt's admission: nowhere for a
@@ -591,33 +592,38 @@ where
     // The call's `Start` is made in its place (moving it costs more than
     // the rest of this function's own work), and taken out again only on
     // the paths that end the call here or hand it over.
-    let begun = Start::admit(policy, call_span, &mut path, refuse).and_then(|in_flight| {
-        let deps = match policy.deps() {
-            Ok(deps) => deps,
-            Err(error) => {
-                return Err(refused(policy, &path, call_span, error, refuse, true, None));
-            }
-        };
-        let needs_clock = deps.needs_clock_at_start(path.cap > 1);
-        Start::begin(
-            policy,
-            call_span,
-            path,
-            in_flight,
-            needs_clock,
-            refuse,
-            start,
-        )?;
-        Ok(deps)
-    });
-    let deps = match begun {
-        Ok(deps) => deps,
+    // Step by step rather than through `Result` combinators: the parts
+    // (`DepsRef`) are then not moved through a `Result` on the stack.
+    let in_flight = match Start::admit(policy, call_span, &mut path, refuse) {
+        Ok(in_flight) => in_flight,
+        Err(error) => return Some(ended_early(span, parts, error)),
+    };
+    let deps = match policy.deps() {
+        Ok(DepsRef::Static(deps)) => deps,
+        // A registry scoped around the task: the `async` engine runs it.
+        Ok(owned) => {
+            return Some(begin_scoped(
+                policy, how, path, span, parts, start, in_flight, owned,
+            ));
+        }
         Err(error) => {
-            *span = None;
-            *parts = None;
-            return Some(LeanEnd::Done(R::from_result(Err(error))));
+            let error = refused(policy, &path, call_span, error, refuse, true, None);
+            drop(in_flight);
+            return Some(ended_early(span, parts, error));
         }
     };
+    let needs_clock = deps.needs_clock_at_start(path.cap > 1);
+    if let Err(error) = Start::begin(
+        policy,
+        call_span,
+        path,
+        in_flight,
+        needs_clock,
+        refuse,
+        start,
+    ) {
+        return Some(ended_early(span, parts, error));
+    }
     let Some(begun) = start.as_ref() else {
         unreachable!("set above");
     };
@@ -628,7 +634,7 @@ where
     // Enclosing layers ask the budget nearest the dependency before they
     // retry, whichever layer it belongs to.
     if begun.path.nested {
-        frame::report_budget(deps.budget());
+        frame::report_budget(deps.budget_ref().map(BudgetRef::Static));
     }
     // The call is over here, or goes on in the `async` engine.
     let mut taken = || {
@@ -637,14 +643,6 @@ where
             unreachable!("the call has begun");
         };
         (span, parts, start)
-    };
-    let deps = match deps {
-        DepsRef::Static(deps) => deps,
-        owned @ DepsRef::Owned(_) => {
-            let (span, parts, begun) = taken();
-            let first = First::NotBegun;
-            return Some(hand_over(policy, how, begun, span, parts, owned, first));
-        }
     };
     match deps.try_admit(at, admission) {
         Admit::Ready => {}
@@ -665,6 +663,64 @@ where
         deps.on_request(at);
     }
     None
+}
+
+/// [`begin_with_parts`] for a call whose parts come from a registry scoped
+/// around the task: begun here, then handed over to the `async` engine
+/// before its first attempt.
+#[cold]
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn begin_scoped<R, C, F>(
+    policy: &'static Policy,
+    how: Ending<R::Error>,
+    path: PathStart,
+    span: &mut Option<CallSpan>,
+    parts: &mut Option<(C, F)>,
+    start: &mut Option<Start>,
+    in_flight: Option<InFlight>,
+    deps: DepsRef,
+) -> LeanEnd<R, C, F>
+where
+    R: ReturnsResult,
+{
+    let Some(call_span) = span.as_ref() else {
+        unreachable!("the call's span is made first");
+    };
+    let needs_clock = deps.needs_clock_at_start(path.cap > 1);
+    let begun = Start::begin(
+        policy,
+        call_span,
+        path,
+        in_flight,
+        needs_clock,
+        how.refuse,
+        start,
+    );
+    if let Err(error) = begun {
+        return ended_early(span, parts, error);
+    }
+    let (Some(span), Some(parts), Some(begun)) = (span.take(), parts.take(), start.take()) else {
+        unreachable!("the call has begun");
+    };
+    if begun.path.nested {
+        frame::report_budget(deps.budget());
+    }
+    hand_over(policy, how, begun, span, parts, deps, First::NotBegun)
+}
+
+/// A call with parts refused before its first attempt: by a graceful
+/// shutdown, its parts' look-up, or a deadline already passed.
+#[cold]
+#[inline(never)]
+fn ended_early<R: ReturnsResult, C, F>(
+    span: &mut Option<CallSpan>,
+    parts: &mut Option<(C, F)>,
+    error: R::Error,
+) -> LeanEnd<R, C, F> {
+    *span = None;
+    *parts = None;
+    LeanEnd::Done(R::from_result(Err(error)))
 }
 
 /// Hands a begun call over to the `async` engine before its first attempt
