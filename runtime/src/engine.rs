@@ -949,7 +949,7 @@ where
 }
 
 /// How a call without retries ends after its one attempt. These are the
-/// retry loop's decisions (`retry_decisions!`) for `retries = 0`, kept
+/// retry loop's decisions (`retry_resumed`) for `retries = 0`, kept
 /// apart on purpose: a call without retries run through the retry loop
 /// (its backoff iterator, its larger state) measured about 65 instructions
 /// more per call on the success path (`benches/callgrind.sh`).
@@ -1142,152 +1142,6 @@ where
     ))
 }
 
-/// The retry loop of [`retry_resumed`]: `$attempt` is how each iteration
-/// gets its attempt (the first one may be given). A macro, not a function: the loop awaits, and a nested
-/// `async fn` would move the call's state once more on every attempt.
-/// Locals the loop and `$attempt` share are passed in by name (hygiene).
-macro_rules! retry_decisions {
-    (
-        $policy:ident, $call:ident, $span:ident, $refuse:ident, $describe:ident,
-        $number:ident, $position:ident, $started:ident, $attempt:expr
-    ) => {{
-        let policy = $policy;
-        let call = &$call;
-        let span = &$span;
-        let refuse = $refuse;
-        let describe = $describe;
-        // The budget below the last attempt, nearest the dependency.
-        let mut last_nested: Option<BudgetRef>;
-        // One block, not a nested `async fn`: see `once_lean` on nesting.
-        let result: Result<R::Ok, (R::Error, CallOutcome)> = 'call: {
-            let mut delays = policy.backoff.delays();
-            let mut $started = call.start;
-            // This call's position on its path: attempts that reached the end of
-            // the chain, its own and those of the enclosing layers before it.
-            let mut $position = call.path.base;
-            let mut $number: u32 = 0;
-            loop {
-                $number += 1;
-                let attempted = $attempt;
-                let nested_gave_up = match attempted.frame {
-                    Some(frame) => {
-                        $position = $position.max(frame.high);
-                        call.reach($position);
-                        last_nested = frame.budget;
-                        call.report_budget(last_nested.as_ref());
-                        frame.gave_up > 0
-                    }
-                    None => {
-                        last_nested = None;
-                        false
-                    }
-                };
-                let (error, class, cause) = match attempted.result {
-                    Ok(value) => break 'call Ok(value),
-                    Err(failure) => {
-                        let cause = failure.cause();
-                        match call.settle(failure, refuse) {
-                            Settled::Retryable(error, class) => (error, class, cause),
-                            Settled::Final(error) => {
-                                call.trace_final(span, $number, &cause, &error, describe);
-                                break 'call Err((error, cause.outcome()));
-                            }
-                        }
-                    }
-                };
-                let outcome = cause.outcome();
-                let give_up = |error: R::Error, why: &'static str| {
-                    telemetry::gave_up(policy, span, $number, &cause, &error, describe, why);
-                    Err((call.give_up(error), outcome))
-                };
-                // A nested layer already retried this failure and gave up: retrying
-                // here too would multiply attempts (one retrying layer).
-                if nested_gave_up {
-                    break 'call give_up(error, "a nested call gave up");
-                }
-                if $number > policy.retries {
-                    // A layer that never retries (only here for its fallback) has
-                    // not retried this failure: an enclosing layer still may.
-                    if policy.retries == 0 {
-                        telemetry::failed(
-                            policy,
-                            span,
-                            $number,
-                            &cause,
-                            &error,
-                            describe,
-                            "no retries here",
-                        );
-                        break 'call Err((error, outcome));
-                    }
-                    break 'call give_up(error, "retries spent");
-                }
-                // Another attempt would take the path past what its most generous
-                // layer allows: nested calls (cut by timeouts, say) already made
-                // those attempts.
-                if $position >= call.path.cap {
-                    break 'call give_up(error, "the path's attempts are spent");
-                }
-                let backoff = delays.next().unwrap_or(policy.backoff.cap());
-                let mut delay = backoff;
-                let mut source = DelaySource::Backoff;
-                if let Classification::Throttled {
-                    retry_after: Some(floor),
-                } = class
-                {
-                    // Without a deadline, a server that asks for more than the
-                    // maximum is not retried at all: sooner would disobey it.
-                    if call.deadline.is_none() && floor > MAX_RETRY_AFTER {
-                        break 'call give_up(error, "Retry-After beyond the maximum wait");
-                    }
-                    if floor > backoff {
-                        delay = floor;
-                        source = DelaySource::RetryAfter;
-                    }
-                }
-                let now = Instant::now();
-                // A sleep that would end at or after the deadline is not slept:
-                // the attempt after it could not finish in time.
-                if call
-                    .deadline
-                    .is_some_and(|d| now.checked_add(delay).is_none_or(|wake| wake >= d))
-                {
-                    break 'call give_up(error, "deadline too close to retry");
-                }
-                // The budget nearest the dependency is asked first, whichever
-                // layer retries: an enclosing layer's retry sends the same request
-                // down again.
-                let own = call.deps.budget_ref();
-                let nested = last_nested
-                    .as_ref()
-                    .filter(|n| !own.is_some_and(|o| n.same(o)));
-                if let Some(nested) = nested {
-                    if !nested.get().try_retry(now) {
-                        break 'call give_up(error, "retry budget spent");
-                    }
-                }
-                if !call.deps.try_retry(now) {
-                    // The retry is not made: the nested budget's grant
-                    // goes back, or each refusal here would spend it.
-                    if let Some(nested) = nested {
-                        nested.get().give_back(now);
-                    }
-                    break 'call give_up(error, "retry budget spent");
-                }
-                let left = call.deadline.map(|d| d.saturating_duration_since(now));
-                telemetry::retrying(
-                    policy, span, $number, &cause, &error, describe, delay, source, left,
-                );
-                tokio::time::sleep(delay).await;
-            }
-        };
-        if result.is_err() {
-            call.report_failed_budget(last_nested);
-        }
-        R::from_result(call.end(result))
-    }};
-}
-
 /// The retry loop of a call handed over by the lean path ([`lean`]): after
 /// its first attempt failed, or before it was made ([`First::Waiting`],
 /// [`First::NotBegun`]).
@@ -1310,40 +1164,159 @@ where
     let call = resumed.call;
     let policy = call.policy;
     let mut first = Some(resumed.first);
-    retry_decisions!(
-        policy,
-        call,
-        span,
-        refuse,
-        describe,
-        number,
-        position,
-        started,
-        match first.take() {
-            // The first attempt used the call's start: later ones read the
-            // clock again.
-            Some(First::Attempted(attempted)) => {
-                started.take();
-                attempted
-            }
-            Some(First::Waiting(breaker)) => {
-                let waiting = Some(breaker);
-                call.attempt(
-                    &span,
-                    number,
-                    position,
-                    started.take(),
-                    waiting,
-                    &mut attempt,
-                )
-                .await
-            }
-            Some(First::NotBegun) | None => {
-                call.attempt(&span, number, position, started.take(), None, &mut attempt)
+    let span = &span;
+    // The budget below the last attempt, nearest the dependency.
+    let mut last_nested: Option<BudgetRef>;
+    // One block, not a nested `async fn`: see `once_lean` on nesting.
+    let result: Result<R::Ok, (R::Error, CallOutcome)> = 'call: {
+        let mut delays = policy.backoff.delays();
+        let mut started = call.start;
+        // This call's position on its path: attempts that reached the end of
+        // the chain, its own and those of the enclosing layers before it.
+        let mut position = call.path.base;
+        let mut number: u32 = 0;
+        loop {
+            number += 1;
+            let attempted = match first.take() {
+                // The first attempt used the call's start: later ones read the
+                // clock again.
+                Some(First::Attempted(attempted)) => {
+                    started.take();
+                    attempted
+                }
+                Some(First::Waiting(breaker)) => {
+                    let waiting = Some(breaker);
+                    call.attempt(
+                        span,
+                        number,
+                        position,
+                        started.take(),
+                        waiting,
+                        &mut attempt,
+                    )
                     .await
+                }
+                Some(First::NotBegun) | None => {
+                    call.attempt(span, number, position, started.take(), None, &mut attempt)
+                        .await
+                }
+            };
+            let nested_gave_up = match attempted.frame {
+                Some(frame) => {
+                    position = position.max(frame.high);
+                    call.reach(position);
+                    last_nested = frame.budget;
+                    call.report_budget(last_nested.as_ref());
+                    frame.gave_up > 0
+                }
+                None => {
+                    last_nested = None;
+                    false
+                }
+            };
+            let (error, class, cause) = match attempted.result {
+                Ok(value) => break 'call Ok(value),
+                Err(failure) => {
+                    let cause = failure.cause();
+                    match call.settle(failure, refuse) {
+                        Settled::Retryable(error, class) => (error, class, cause),
+                        Settled::Final(error) => {
+                            call.trace_final(span, number, &cause, &error, describe);
+                            break 'call Err((error, cause.outcome()));
+                        }
+                    }
+                }
+            };
+            let outcome = cause.outcome();
+            let give_up = |error: R::Error, why: &'static str| {
+                telemetry::gave_up(policy, span, number, &cause, &error, describe, why);
+                Err((call.give_up(error), outcome))
+            };
+            // A nested layer already retried this failure and gave up: retrying
+            // here too would multiply attempts (one retrying layer).
+            if nested_gave_up {
+                break 'call give_up(error, "a nested call gave up");
             }
+            if number > policy.retries {
+                // A layer that never retries (only here for its fallback) has
+                // not retried this failure: an enclosing layer still may.
+                if policy.retries == 0 {
+                    telemetry::failed(
+                        policy,
+                        span,
+                        number,
+                        &cause,
+                        &error,
+                        describe,
+                        "no retries here",
+                    );
+                    break 'call Err((error, outcome));
+                }
+                break 'call give_up(error, "retries spent");
+            }
+            // Another attempt would take the path past what its most generous
+            // layer allows: nested calls (cut by timeouts, say) already made
+            // those attempts.
+            if position >= call.path.cap {
+                break 'call give_up(error, "the path's attempts are spent");
+            }
+            let backoff = delays.next().unwrap_or(policy.backoff.cap());
+            let mut delay = backoff;
+            let mut source = DelaySource::Backoff;
+            if let Classification::Throttled {
+                retry_after: Some(floor),
+            } = class
+            {
+                // Without a deadline, a server that asks for more than the
+                // maximum is not retried at all: sooner would disobey it.
+                if call.deadline.is_none() && floor > MAX_RETRY_AFTER {
+                    break 'call give_up(error, "Retry-After beyond the maximum wait");
+                }
+                if floor > backoff {
+                    delay = floor;
+                    source = DelaySource::RetryAfter;
+                }
+            }
+            let now = Instant::now();
+            // A sleep that would end at or after the deadline is not slept:
+            // the attempt after it could not finish in time.
+            if call
+                .deadline
+                .is_some_and(|d| now.checked_add(delay).is_none_or(|wake| wake >= d))
+            {
+                break 'call give_up(error, "deadline too close to retry");
+            }
+            // The budget nearest the dependency is asked first, whichever
+            // layer retries: an enclosing layer's retry sends the same request
+            // down again.
+            let own = call.deps.budget_ref();
+            let nested = last_nested
+                .as_ref()
+                .filter(|n| !own.is_some_and(|o| n.same(o)));
+            if let Some(nested) = nested {
+                if !nested.get().try_retry(now) {
+                    break 'call give_up(error, "retry budget spent");
+                }
+            }
+            if !call.deps.try_retry(now) {
+                // The retry is not made: the nested budget's grant
+                // goes back, or each refusal here would spend it.
+                if let Some(nested) = nested {
+                    nested.get().give_back(now);
+                }
+                break 'call give_up(error, "retry budget spent");
+            }
+            let left = call.deadline.map(|d| d.saturating_duration_since(now));
+            telemetry::retrying(
+                policy, span, number, &cause, &error, describe, delay, source, left,
+            );
+            tokio::time::sleep(delay).await;
         }
-    )
+    };
+    if result.is_err() {
+        call.report_failed_budget(last_nested);
+    }
+    R::from_result(call.end(result))
 }
 
 mod lean;
