@@ -21,7 +21,9 @@
 //! * `From<resilient::Error> for tonic::Status`: a refusal becomes
 //!   `DEADLINE_EXCEEDED` (deadline, attempt timeout) or `UNAVAILABLE`
 //!   (breaker open, bulkhead full, shed), with pushback `-1` ("do not
-//!   retry", A6), or `INTERNAL` (an unconfigured name).
+//!   retry", A6), or `INTERNAL` (an unconfigured name). A draining
+//!   instance's `UNAVAILABLE` has no pushback: the caller retries it on
+//!   another instance (as over HTTP, where it has no `Do-Not-Retry`).
 //! * On the server, `resilient::tower::ResilienceLayer`
 //!   (feature `tower`) works in `Server::builder().layer(…)`: it reads
 //!   `grpc-timeout` into the handler's deadline and answers
@@ -72,9 +74,13 @@ impl From<crate::Error> for Status {
         };
         let mut status = Status::new(code, e.to_string());
         // A refusal is this layer's decision: no caller should retry it.
-        status
-            .metadata_mut()
-            .insert(RETRY_PUSHBACK_MS, MetadataValue::from_static("-1"));
+        // Except a draining instance's, as over HTTP: the caller retries
+        // on another instance, which its load balancer picks.
+        if e.kind() != ErrorKind::ShuttingDown {
+            status
+                .metadata_mut()
+                .insert(RETRY_PUSHBACK_MS, MetadataValue::from_static("-1"));
+        }
         status
     }
 }

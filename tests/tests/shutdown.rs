@@ -218,3 +218,77 @@ async fn a_unit_of_work_admitted_before_a_drain_runs_all_its_calls() {
     assert_eq!(report.waited, Duration::from_secs(2));
     shutdown.resume();
 }
+
+static ORDERED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Plain work (no annotated call in flight), then done.
+async fn slow_order() -> Result<String, resilient::http::Error> {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    ORDERED.store(true, Ordering::SeqCst);
+    Ok("ordered".to_owned())
+}
+
+/// Regression (found from outside): `IdempotencyLayer` runs a started
+/// handler to its end on a task of its own, but nothing counted that task
+/// as work in flight once its request was gone (the client timed out), so
+/// a drain between the handler's annotated calls reported all well while
+/// the handler still ran. Real sockets, real time.
+#[tokio::test]
+async fn a_drain_waits_for_a_handler_the_idempotency_layer_runs_to_its_end() {
+    use axum::Router;
+    use axum::routing::post;
+    use resilient::tower::{IdempotencyLayer, ResilienceLayer};
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let shutdown = GracefulShutdown::install();
+    let router = Router::new()
+        .route("/orders", post(slow_order))
+        .layer(IdempotencyLayer::new())
+        .layer(ResilienceLayer::new());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(50))
+        .build()
+        .unwrap();
+    let sent = impatient
+        .post(format!("http://{addr}/orders"))
+        .header("idempotency-key", "order-7")
+        .body("7")
+        .send()
+        .await;
+    assert!(sent.is_err(), "the client gives up first");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!ORDERED.load(Ordering::SeqCst), "the handler still runs");
+    let report = shutdown.drain(Duration::from_secs(5)).await;
+    assert!(report.is_clean(), "{report}");
+    assert!(
+        ORDERED.load(Ordering::SeqCst),
+        "the drain returned before the handler ended"
+    );
+    shutdown.resume();
+    server.abort();
+}
+
+#[resilient(deadline_ms = 10_000)]
+async fn grpc_dependency() -> Result<(), tonic::Status> {
+    Ok(())
+}
+
+/// A draining instance's refusal, as a gRPC status, carries no pushback:
+/// like its 503 over HTTP, the caller may retry it on another instance.
+#[tokio::test(start_paused = true)]
+async fn a_draining_instance_refusal_over_grpc_may_be_retried_elsewhere() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let shutdown = GracefulShutdown::install();
+    let report = shutdown.drain(Duration::from_secs(1)).await;
+    assert!(report.is_clean());
+    let status = grpc_dependency().await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unavailable);
+    assert!(
+        status.metadata().get("grpc-retry-pushback-ms").is_none(),
+        "{status:?}"
+    );
+    assert_eq!(status.classify(), Classification::Transient);
+    shutdown.resume();
+}

@@ -99,6 +99,15 @@ pub(crate) fn admit(nested: bool) -> Result<Option<InFlight>, Error> {
     admit_counted(nested)
 }
 
+/// Counts work that has already started (a handler an idempotency layer
+/// runs to its end on a task of its own) as in flight until the returned
+/// guard drops: admitted while draining, as part of work in flight, so a
+/// drain waits for it.
+#[cfg(feature = "tower")]
+pub(crate) fn hold() -> Option<InFlight> {
+    admit(true).ok().flatten()
+}
+
 fn admit_counted(nested: bool) -> Result<Option<InFlight>, Error> {
     let shard = crate::sync::shard();
     let counter = &IN_FLIGHT[shard].0;

@@ -56,9 +56,11 @@ const DEFAULT_MAX_BODY: usize = 1 << 20;
 ///   [`propagate`](crate::propagate) gives them), even when the first
 ///   request goes away: its client disconnects or times out, or an outer
 ///   layer cuts it ([`ResilienceLayer`](super::ResilienceLayer)'s deadline).
-///   (Outside a tokio runtime there is no task to run it on: it runs in the
-///   request, and a request dropped mid-run keeps a `500` saying the work
-///   may be partly done.)
+///   A graceful shutdown's drain waits for it
+///   ([`GracefulShutdown`](crate::GracefulShutdown)). (Outside a tokio
+///   runtime there is no task to run it on: it runs in the request, and a
+///   request dropped mid-run keeps a `500` saying the work may be partly
+///   done.)
 ///   Its answer is then kept for the repeats all the same: forgetting the
 ///   key there would let a retry run the work a second time. A handler that
 ///   panics (or whose service fails without an answer) is answered `500`,
@@ -633,6 +635,17 @@ where
                         // (no task to spawn on), it runs here.
                         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
                             return run.await;
+                        };
+                        // Work a graceful shutdown waits for, until it ends
+                        // (the request's own unit, `ResilienceLayer`'s, ends
+                        // when the request is dropped): counted now, while
+                        // the request still holds its place, so a drain
+                        // between the two never finds the work idle.
+                        let in_flight = crate::shutdown::hold();
+                        let run = async move {
+                            let answer = run.await;
+                            drop(in_flight);
+                            answer
                         };
                         #[cfg(feature = "tracing")]
                         let run = tracing::Instrument::in_current_span(run);
