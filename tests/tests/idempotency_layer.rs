@@ -619,3 +619,55 @@ async fn a_not_processed_answer_is_kept_when_a_call_inside_did_its_work() {
     assert_eq!((again.0, again.1), (StatusCode::SERVICE_UNAVAILABLE, true));
     assert_eq!(ACTED_RUNS.load(Ordering::SeqCst), 1);
 }
+
+static HUNG_RUNS: AtomicU32 = AtomicU32::new(0);
+
+async fn charge_then_hang() -> String {
+    HUNG_RUNS.fetch_add(1, Ordering::SeqCst);
+    std::future::pending::<()>().await;
+    unreachable!()
+}
+
+/// A handler that hangs after its client went away is cut after
+/// `max_run_without_client`, not left running (and holding its key's
+/// slot) for ever; its key keeps a 500, and is not run again.
+#[tokio::test]
+async fn a_handler_that_hangs_after_its_client_went_away_is_cut_and_not_run_again() {
+    let layer = IdempotencyLayer::new().max_run_without_client(Duration::from_millis(200));
+    let router = Router::new()
+        .route("/charges", post(charge_then_hang))
+        .layer(layer);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(50))
+        .build()
+        .unwrap();
+    let cut = impatient
+        .post(format!("http://{addr}/charges"))
+        .header("idempotency-key", "hangs")
+        .body("1")
+        .send()
+        .await;
+    assert!(cut.is_err());
+    // A repeat waits for the running handler, and gets the 500 it keeps
+    // once it is cut.
+    let repeat = tokio::time::timeout(
+        Duration::from_secs(5),
+        post_charge(addr, Some("hangs"), "1"),
+    )
+    .await
+    .expect("the hung handler is cut, and its waiter answered");
+    assert_eq!(
+        (repeat.0, repeat.1),
+        (StatusCode::INTERNAL_SERVER_ERROR, true)
+    );
+    assert!(repeat.2.contains("not run again"), "{}", repeat.2);
+    let later = post_charge(addr, Some("hangs"), "1").await;
+    assert_eq!(
+        (later.0, later.1),
+        (StatusCode::INTERNAL_SERVER_ERROR, true)
+    );
+    assert_eq!(HUNG_RUNS.load(Ordering::SeqCst), 1);
+}

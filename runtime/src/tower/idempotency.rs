@@ -34,6 +34,10 @@ const DEFAULT_CAPACITY: usize = 10_000;
 const DEFAULT_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 /// The largest request or response body buffered by default (1 MiB).
 const DEFAULT_MAX_BODY: usize = 1 << 20;
+/// How long a handler goes on after its request went away, by default: 60
+/// s, the default idle timeout of AWS's Application Load Balancer, past
+/// which no client behind one is still waiting either.
+const DEFAULT_MAX_RUN_WITHOUT_CLIENT: Duration = Duration::from_secs(60);
 
 /// Runs a request carrying an `Idempotency-Key` once, and answers every
 /// repeat of it with the first answer.
@@ -56,18 +60,18 @@ const DEFAULT_MAX_BODY: usize = 1 << 20;
 ///   [`propagate`](crate::propagate) gives them), even when the first
 ///   request goes away: its client disconnects or times out, or an outer
 ///   layer cuts it ([`ResilienceLayer`](super::ResilienceLayer)'s deadline).
-///   A graceful shutdown's drain waits for it
-///   ([`GracefulShutdown`](crate::GracefulShutdown)). (Outside a tokio
-///   runtime there is no task to run it on: it runs in the request, and a
-///   request dropped mid-run keeps a `500` saying the work may be partly
-///   done.)
 ///   Its answer is then kept for the repeats all the same: forgetting the
-///   key there would let a retry run the work a second time. A handler that
-///   panics (or whose service fails without an answer) is answered `500`,
-///   and that answer is kept too: it may have done part of the work. For
-///   the same reason, a `ResilienceLayer` inside this one that cuts a
-///   running handler at its deadline answers a `504` that is kept; only
-///   its refusals before the handler ran are forgotten.
+///   key there would let a retry run the work a second time. A graceful
+///   shutdown's drain waits for it ([`GracefulShutdown`](crate::GracefulShutdown)).
+///   A handler still running [`max_run_without_client`](Self::max_run_without_client)
+///   after its request went away is cut. (Outside a tokio runtime there is
+///   no task to run it on: it runs in the request.)
+/// * A handler that panics, fails without an answer (a service error), is
+///   cut as above, or is dropped with a request outside a tokio runtime, is
+///   answered `500`, and that answer is kept: it may have done part of the
+///   work. For the same reason, a `ResilienceLayer` inside this one that
+///   cuts a running handler at its deadline answers a `504` that is kept;
+///   only its refusals before the handler ran are forgotten.
 /// * The same key with a different method, path or body is refused with
 ///   `422 Unprocessable Content` (the key was reused for another
 ///   operation: IETF draft `draft-ietf-httpapi-idempotency-key-header`).
@@ -100,7 +104,8 @@ impl Default for IdempotencyLayer {
 }
 
 impl IdempotencyLayer {
-    /// 10,000 keys, kept 24 hours, bodies up to 1 MiB.
+    /// 10,000 keys, kept 24 hours, bodies up to 1 MiB, handlers cut 60 s
+    /// after their request went away.
     pub fn new() -> Self {
         IdempotencyLayer {
             store: Arc::new(Store::new(DEFAULT_CAPACITY, DEFAULT_TTL, DEFAULT_MAX_BODY)),
@@ -144,6 +149,16 @@ impl IdempotencyLayer {
     pub fn max_body_bytes(self, bytes: usize) -> Self {
         self.rebuild(|s| s.max_body = bytes)
     }
+
+    /// How long a started handler goes on running once its request is gone
+    /// (the client disconnected or timed out, or an outer layer cut it)
+    /// before it is cut too. Its key then keeps a `500` saying the work may
+    /// be partly done, and is never run again: a handler that hangs holds
+    /// its key's slot and its task for this long, not for ever. Default 60
+    /// s (the default idle timeout of AWS's Application Load Balancer).
+    pub fn max_run_without_client(self, limit: Duration) -> Self {
+        self.rebuild(|s| s.max_run_without_client = limit)
+    }
 }
 
 impl<S> Layer<S> for IdempotencyLayer {
@@ -171,6 +186,8 @@ struct Settings {
     max_body: usize,
     /// Keys are per value of this header.
     scope: Option<::http::HeaderName>,
+    /// How long a handler runs on once its request is gone.
+    max_run_without_client: Duration,
 }
 
 #[derive(Debug)]
@@ -227,6 +244,7 @@ impl Store {
             ttl,
             max_body,
             scope: None,
+            max_run_without_client: DEFAULT_MAX_RUN_WITHOUT_CLIENT,
         })
     }
 
@@ -460,6 +478,37 @@ fn is_final(parts: &::http::response::Parts) -> bool {
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// Runs `run` to its end, or, once `gone` says its request went away, for
+/// at most `limit` more; cut then (its claim keeps the [`interrupted`]
+/// answer) and answered so.
+async fn run_while_wanted<F, B, E>(
+    run: F,
+    mut gone: tokio::sync::oneshot::Receiver<()>,
+    limit: Duration,
+) -> Result<Response<ResponseBody<B>>, E>
+where
+    F: std::future::Future<Output = Result<Response<ResponseBody<B>>, E>>,
+{
+    let mut run = std::pin::pin!(run);
+    let ended = std::future::poll_fn(|cx| {
+        if let Poll::Ready(answer) = run.as_mut().poll(cx) {
+            return Poll::Ready(Some(answer));
+        }
+        match std::pin::Pin::new(&mut gone).poll(cx) {
+            Poll::Ready(_) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    })
+    .await;
+    if let Some(answer) = ended {
+        return answer;
+    }
+    match tokio::time::timeout(limit, run.as_mut()).await {
+        Ok(answer) => answer,
+        Err(_) => Ok(replay(&interrupted())),
+    }
+}
+
 /// Runs the handler for a claimed key, reads its answer, and completes the
 /// claim with it.
 async fn run_to_end<S, ReqB, ResB>(
@@ -642,8 +691,11 @@ where
                         // the request still holds its place, so a drain
                         // between the two never finds the work idle.
                         let in_flight = crate::shutdown::hold();
+                        // Resolves (closed) when this request is dropped.
+                        let (_attached, gone) = tokio::sync::oneshot::channel::<()>();
+                        let limit = store.settings.max_run_without_client;
                         let run = async move {
-                            let answer = run.await;
+                            let answer = run_while_wanted(run, gone, limit).await;
                             drop(in_flight);
                             answer
                         };
