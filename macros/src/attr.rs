@@ -161,6 +161,38 @@ fn int<T: std::str::FromStr>(lit: &LitInt, key: &str) -> syn::Result<T>
 where
     T::Err: std::fmt::Display,
 {
+    // A suffix is part of the literal but not of its value: `5s` would
+    // silently mean 5 (milliseconds, for the durations).
+    let suffix = lit.suffix();
+    if !suffix.is_empty() {
+        let digits = lit.base10_digits();
+        if !key.ends_with("_ms") {
+            return Err(syn::Error::new(
+                lit.span(),
+                format!("`{key}` takes a whole number without a suffix: write `{key} = {digits}`"),
+            ));
+        }
+        // A unit written as a suffix: say what it is in milliseconds.
+        let per_unit: Option<u128> = match suffix {
+            "ms" => Some(1),
+            "s" | "sec" | "secs" => Some(1_000),
+            "m" | "min" | "mins" => Some(60_000),
+            "h" => Some(3_600_000),
+            _ => None,
+        };
+        let example = per_unit
+            .zip(digits.parse::<u128>().ok())
+            .and_then(|(per, n)| per.checked_mul(n))
+            .map_or(String::new(), |ms| {
+                format!(": `{digits}{suffix}` is `{key} = {ms}`")
+            });
+        return Err(syn::Error::new(
+            lit.span(),
+            format!(
+                "`{key}` takes a whole number of milliseconds, without a unit or suffix{example}"
+            ),
+        ));
+    }
     lit.base10_parse::<T>()
         .map_err(|e| syn::Error::new(lit.span(), format!("`{key}` takes a whole number: {e}")))
 }

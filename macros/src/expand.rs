@@ -106,6 +106,14 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
             };
             let ty_span = typed.ty.span();
             let krate_at_ty = respan(&krate, ty_span);
+            // A parameter compiled out (`#[cfg(…)]`) is copied and passed on
+            // under the same condition.
+            let cfgs: Vec<syn::Attribute> = typed
+                .attrs
+                .iter()
+                .filter(|a| a.path().is_ident("cfg"))
+                .cloned()
+                .collect();
             // The name the outer function binds this argument to.
             let name = match &mut *typed.pat {
                 Pat::Ident(PatIdent {
@@ -124,6 +132,7 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
                     // named by a `macro_rules!` caller still resolve.
                     let source = at(ident, ty_span);
                     rebinds.push(quote_spanned! {ty_span=>
+                        #(#cfgs)*
                         let #mutability #ident = #krate_at_ty::__private::ReusableArgument::reuse(&#source);
                     });
                     ident.clone()
@@ -148,17 +157,19 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
                         let copy =
                             format_ident!("__resilient_copy_{}", i, span = Span::mixed_site());
                         rebinds.push(quote_spanned! {ty_span=>
+                            #(#cfgs)*
                             let #copy = #krate_at_ty::__private::ReusableArgument::reuse(&#name);
                         });
-                        destructures.push(quote! { let #original = #copy; });
+                        destructures.push(quote! { #(#cfgs)* let #original = #copy; });
                     }
                     name
                 }
             };
-            call_args.push(name.to_token_stream());
+            call_args.push(quote!(#(#cfgs)* #name));
             if checked.key_params.contains(&i) {
                 let source = at(&name, ty_span);
                 checks.push(quote_spanned! {ty_span=>
+                    #(#cfgs)*
                     #krate_at_ty::__private::idempotency_key(&#source);
                 });
             }
@@ -314,8 +325,8 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
             "{}",
             args.backoff.as_ref().map_or("full_jitter", |b| b.value)
         );
-        let base = args.base_ms.as_ref().map_or(100, |b| b.value);
-        let cap = args.cap_ms.as_ref().map_or(30_000, |c| c.value);
+        let base = args.base_ms.as_ref().map_or(DEFAULT_BASE_MS, |b| b.value);
+        let cap = args.cap_ms.as_ref().map_or(DEFAULT_CAP_MS, |c| c.value);
         policy.extend(quote! {
             .backoff(#krate::__private::Backoff::#strategy(
                 ::core::time::Duration::from_millis(#base),
@@ -403,8 +414,18 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
         "once_lean"
     });
     let call = if checked.reuses_arguments {
+        // Without a fallback, nothing needs the arguments after the engine:
+        // the maker of attempts owns them (a `move` closure), so the future
+        // holds each argument, not a reference to it, and is `Send` when
+        // the arguments are, `Sync` or not. A fallback takes them after the
+        // engine, so the engine borrows them then.
+        let capture = if args.fallback.is_none() {
+            quote!(move)
+        } else {
+            TokenStream::new()
+        };
         let engine = quote_spanned! {ret_span=>
-            #retry_engine(&#policy_ident, #classifier, #refusal_into(), #describe, || {
+            #retry_engine(&#policy_ident, #classifier, #refusal_into(), #describe, #capture || {
                 #(#rebinds)*
                 #define_into_result
                 #krate_at_ret::__private::as_result(async move #attempt, #into)
@@ -540,6 +561,12 @@ fn attempt_block(body: &Group, destructures: &[TokenStream], ret: &syn::Type) ->
 fn self_copy(span: Span) -> syn::Ident {
     syn::Ident::new(SELF_COPY, span)
 }
+
+/// The backoff's first delay when `base_ms` is not given (100 ms; the
+/// README's table of defaults says why).
+pub(crate) const DEFAULT_BASE_MS: u64 = 100;
+/// The backoff's largest delay when `cap_ms` is not given (30 s; ditto).
+pub(crate) const DEFAULT_CAP_MS: u64 = 30_000;
 
 const SELF_COPY: &str = "__resilient_self";
 

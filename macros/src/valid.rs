@@ -77,13 +77,22 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
             );
         }
     }
-    if let (Some(b), Some(c)) = (&args.base_ms, &args.cap_ms) {
-        if b.value > c.value {
-            errors.push_spanned(
-                &b.tokens,
-                format!("`base_ms = {}` is larger than `cap_ms = {}`: the first delay cannot exceed the largest; lower `base_ms` or raise `cap_ms`", b.value, c.value),
-            );
-        }
+    // Against the defaults too: `base_ms = 60000` alone is above the
+    // default cap, `cap_ms = 50` alone below the default base.
+    match (&args.base_ms, &args.cap_ms) {
+        (Some(b), Some(c)) if b.value > c.value => errors.push_spanned(
+            &b.tokens,
+            format!("`base_ms = {}` is larger than `cap_ms = {}`: the first delay cannot exceed the largest; lower `base_ms` or raise `cap_ms`", b.value, c.value),
+        ),
+        (Some(b), None) if b.value > crate::expand::DEFAULT_CAP_MS => errors.push_spanned(
+            &b.tokens,
+            format!("`base_ms = {}` is larger than the default `cap_ms = {}`: the first delay cannot exceed the largest; lower `base_ms` or set a larger `cap_ms`", b.value, crate::expand::DEFAULT_CAP_MS),
+        ),
+        (None, Some(c)) if c.value < crate::expand::DEFAULT_BASE_MS => errors.push_spanned(
+            &c.tokens,
+            format!("`cap_ms = {}` is smaller than the default `base_ms = {}`: the largest delay cannot be below the first; raise `cap_ms` or set a smaller `base_ms`", c.value, crate::expand::DEFAULT_BASE_MS),
+        ),
+        _ => {}
     }
     if retries == 0 {
         for (key, tokens) in [

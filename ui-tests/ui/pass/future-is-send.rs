@@ -30,6 +30,14 @@ async fn keyed(key: &IdempotencyKey) -> Result<String, std::io::Error> {
     Ok(key.to_string())
 }
 
+// An argument that is `Send` but not `Sync`: the future holds the argument,
+// not a reference to it (found from outside: it was not `Send`).
+#[resilient(retries = 2, idempotent)]
+async fn not_sync(cells: std::cell::RefCell<Vec<u8>>) -> Result<usize, std::io::Error> {
+    tokio::task::yield_now().await;
+    Ok(cells.borrow().len())
+}
+
 struct Service;
 
 impl Service {
@@ -47,5 +55,10 @@ async fn main() {
     assert_send(once("x"));
     assert_send(keyed(&key));
     assert_send(Service.get());
+    assert_send(not_sync(std::cell::RefCell::new(vec![1])));
+    tokio::spawn(not_sync(std::cell::RefCell::new(vec![1])))
+        .await
+        .unwrap()
+        .unwrap();
     tokio::spawn(retried(Arc::default())).await.unwrap().unwrap();
 }
