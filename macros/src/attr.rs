@@ -117,8 +117,16 @@ fn set<T>(
     Ok(())
 }
 
-/// The accepted key a misspelt one was probably meant to be.
+/// The accepted key a misspelt one, or one another library uses for the
+/// same thing, was probably meant to be.
 fn closest(name: &str) -> Option<&'static str> {
+    // Other libraries' names for the number of attempts or retries.
+    if matches!(
+        name,
+        "max_retries" | "max_attempts" | "attempts" | "retry_count" | "num_retries" | "times"
+    ) {
+        return Some("retries");
+    }
     fn distance(a: &str, b: &str) -> usize {
         let b: Vec<char> = b.chars().collect();
         let mut row: Vec<usize> = (0..=b.len()).collect();
@@ -225,8 +233,14 @@ impl Args {
             "fallback" | "classify" => "a path to a function",
             "crate" => "a path as a string, like `\"::resilient\"`",
             _ => {
-                let hint =
-                    closest(name).map_or(String::new(), |k| format!(" (did you mean `{k}`?)"));
+                let hint = closest(name).map_or(String::new(), |k| {
+                    let note = if k == "retries" && name.contains("attempt") {
+                        ", the attempts after the first"
+                    } else {
+                        ""
+                    };
+                    format!(" (did you mean `{k}`{note}?)")
+                });
                 return Err(syn::Error::new(
                     key.span(),
                     format!(
