@@ -671,3 +671,39 @@ async fn a_handler_that_hangs_after_its_client_went_away_is_cut_and_not_run_agai
     );
     assert_eq!(HUNG_RUNS.load(Ordering::SeqCst), 1);
 }
+
+/// Regression (found from outside): a budget already spent on arrival but
+/// not zero (`grpc-timeout: 1n`, what the library sends for a deadline that
+/// has passed) was answered as if the handler had been cut while running,
+/// so the idempotency layer around it kept that 504 and the retry never ran.
+#[tokio::test]
+async fn a_budget_spent_before_the_handler_runs_is_not_stored() {
+    use resilient::tower::ResilienceLayer;
+    use tower::ServiceBuilder;
+    let provider = Arc::new(Provider::default());
+    let router = Router::new()
+        .route("/charges", post(charge))
+        .with_state(provider.clone())
+        .layer(
+            ServiceBuilder::new()
+                .layer(IdempotencyLayer::new())
+                .layer(ResilienceLayer::new()),
+        );
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let client = reqwest::Client::new();
+    let spent = client
+        .post(format!("http://{addr}/charges"))
+        .header("idempotency-key", "spent")
+        .header("grpc-timeout", "1n")
+        .body("9")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(spent.status(), StatusCode::GATEWAY_TIMEOUT);
+    assert_eq!(provider.runs.load(Ordering::SeqCst), 0);
+    let retry = post_charge(addr, Some("spent"), "9").await;
+    assert_eq!(retry, (StatusCode::CREATED, false, "charge 1 of 9".into()));
+    assert_eq!(provider.runs.load(Ordering::SeqCst), 1);
+}

@@ -37,6 +37,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -159,10 +160,20 @@ where
         let budget = budget.map(|b| b - (b / 10).min(self.max_reply_reserve));
         let handler = self.inner.call(request);
         Box::pin(async move {
+            // Whether the handler ran at all: a budget already spent when it
+            // gets here (a few nanoseconds of `grpc-timeout`) ends the
+            // request before the handler is polled, as a zero budget does.
+            let ran = AtomicBool::new(false);
+            let ran_ref = &ran;
             // One unit of work for a graceful shutdown: refused before it
             // runs when draining, waited for (with every call inside it)
             // once it started.
             let work = crate::admitted(async move {
+                let mut handler = std::pin::pin!(handler);
+                let handler = std::future::poll_fn(|cx| {
+                    ran_ref.store(true, Ordering::Relaxed);
+                    handler.as_mut().poll(cx)
+                });
                 let observed = crate::observe(handler);
                 match budget {
                     Some(budget) => crate::with_deadline(budget, observed).await.ok(),
@@ -171,7 +182,7 @@ where
             });
             let (result, report) = match work.await {
                 Ok(Some(done)) => done,
-                Ok(None) => return Ok(deadline_passed(grpc, true)),
+                Ok(None) => return Ok(deadline_passed(grpc, ran.load(Ordering::Relaxed))),
                 Err(refusal) => return Ok(shutting_down(grpc, &refusal)),
             };
             let mut response = result?;
