@@ -40,6 +40,11 @@ use crate::{Classification, Classify, IdempotencyKey};
 
 /// How much of a permanent failure's body is kept for its message.
 const MAX_ERROR_BODY: usize = 4096;
+/// The longest a permanent failure's body is read: a second, and at most
+/// half the time left before the task's deadline (the attempt's own, with
+/// `timeout_ms`). The body explains a failure already known; a server that
+/// sends it slowly must not turn that failure into a timeout.
+const MAX_ERROR_BODY_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 fn stage(e: &::reqwest::Error) -> Stage {
     if e.is_builder() {
@@ -167,8 +172,12 @@ pub trait ResponseExt: sealed::Sealed + Sized {
     /// `Ok(self)` for 1xx/2xx/3xx; otherwise an [`Error`] holding the status
     /// and headers (so `Retry-After` and `Do-Not-Retry` count). The body is
     /// read (its first 4 KiB) only when the failure is permanent, where it
-    /// usually says why and the caller will see it; a retryable failure's
-    /// body is not read, so a retry is not delayed by it.
+    /// usually says why and the caller will see it, and for at most a
+    /// second and half the time left before the deadline (a slow body is
+    /// cut, the failure kept); a retryable failure's body is not read, so a
+    /// retry is not delayed by it. Permanent and retryable here are the
+    /// status's default classification ([`Error::from_status`]), not a
+    /// `classify = path` of the annotated function.
     fn check_status(self) -> impl Future<Output = Result<Self, Error>> + Send;
 }
 
@@ -185,14 +194,23 @@ impl ResponseExt for Response {
             return Err(error);
         }
         let mut body = Vec::new();
-        // A body that fails mid-way still explains what it got to.
-        while let Ok(Some(chunk)) = response.chunk().await {
-            let room = MAX_ERROR_BODY - body.len();
-            body.extend_from_slice(&chunk[..chunk.len().min(room)]);
-            if body.len() >= MAX_ERROR_BODY {
-                break;
+        // A body that fails mid-way still explains what it got to; one that
+        // is slow, or never ends, is read for a bounded time: the failure
+        // is known already, and the attempt's timer must not cut it into a
+        // timeout (retried, its status lost, reported as possibly done).
+        let wait = crate::remaining().map_or(MAX_ERROR_BODY_WAIT, |left| {
+            (left / 2).min(MAX_ERROR_BODY_WAIT)
+        });
+        let read = async {
+            while let Ok(Some(chunk)) = response.chunk().await {
+                let room = MAX_ERROR_BODY - body.len();
+                body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                if body.len() >= MAX_ERROR_BODY {
+                    break;
+                }
             }
-        }
+        };
+        let _ = tokio::time::timeout(wait, read).await;
         Err(error.with_body(String::from_utf8_lossy(&body).into_owned()))
     }
 }

@@ -366,3 +366,56 @@ async fn annotated_client_stops_at_do_not_retry() {
     assert_eq!(err.classify(), Classification::Permanent);
     assert_eq!(CALLS.load(Ordering::SeqCst), 1);
 }
+
+/// A raw server that answers 404 with a body it never finishes.
+async fn stalling_not_found() -> (SocketAddr, Arc<AtomicU32>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let requests = Arc::new(AtomicU32::new(0));
+    let counted = requests.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let counted = counted.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let mut seen = Vec::new();
+                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+                    let n = socket.read(&mut buf).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    seen.extend_from_slice(&buf[..n]);
+                }
+                counted.fetch_add(1, Ordering::SeqCst);
+                let _ = socket
+                    .write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 100\r\n\r\nno such")
+                    .await;
+                tokio::time::sleep(Duration::from_secs(30)).await;
+            });
+        }
+    });
+    (addr, requests)
+}
+
+#[resilient(retries = 2, timeout_ms = 400, deadline_ms = 5000, idempotent)]
+async fn look_up(client: &reqwest::Client, url: &str) -> Result<String, Error> {
+    Ok(client.get(url).send_checked().await?.text().await?)
+}
+
+/// Regression (found from outside): a permanent failure whose body never
+/// ended was read until the attempt's timer cut it, so a 404 became a
+/// timeout: retried, its status lost, reported as possibly done.
+#[tokio::test]
+async fn a_permanent_failure_with_a_stalled_body_stays_that_failure() {
+    let (addr, requests) = stalling_not_found().await;
+    let client = reqwest::Client::new();
+    let (result, report) =
+        resilient::observe(look_up(&client, &format!("http://{addr}/missing"))).await;
+    let error = result.unwrap_err();
+    assert_eq!(error.status(), Some(StatusCode::NOT_FOUND), "{error}");
+    assert_eq!(error.classify(), Classification::Permanent);
+    assert_eq!(error.body(), Some("no such"));
+    assert_eq!(requests.load(Ordering::SeqCst), 1, "not retried");
+    assert!(!report.may_have_taken_effect());
+}
