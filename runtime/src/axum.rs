@@ -28,7 +28,7 @@ impl IntoResponse for crate::Error {
     }
 }
 
-/// 502 or 504 with a problem+json body, `Do-Not-Retry` when retrying this
+/// 502, 503 (a dependency asked to wait) or 504 with a problem+json body, `Do-Not-Retry` when retrying this
 /// service cannot help: see [`Error::to_response`](crate::http::Error::to_response).
 impl IntoResponse for crate::http::Error {
     fn into_response(self) -> Response {

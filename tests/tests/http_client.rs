@@ -419,3 +419,47 @@ async fn a_permanent_failure_with_a_stalled_body_stays_that_failure() {
     assert_eq!(requests.load(Ordering::SeqCst), 1, "not retried");
     assert!(!report.may_have_taken_effect());
 }
+
+static UPSTREAM: std::sync::OnceLock<SocketAddr> = std::sync::OnceLock::new();
+
+#[resilient(timeout_ms = 800)]
+async fn rate_limited_dependency(client: &reqwest::Client) -> Result<String, Error> {
+    let url = format!("http://{}/quota", UPSTREAM.get().unwrap());
+    Ok(client.get(url).send_checked().await?.text().await?)
+}
+
+async fn front(State(client): State<reqwest::Client>) -> Result<String, Error> {
+    rate_limited_dependency(&client).await
+}
+
+/// Regression (found from outside): a service whose dependency answered
+/// 429 with `Retry-After: 5` answered its own caller 502 without it, so the
+/// caller retried at once, into the throttled dependency.
+#[tokio::test]
+async fn a_dependencys_retry_after_reaches_the_caller() {
+    async fn quota() -> impl IntoResponse {
+        (
+            StatusCode::TOO_MANY_REQUESTS,
+            [("retry-after", "5")],
+            "slow down",
+        )
+    }
+    let upstream = serve(Router::new().route("/quota", get(quota))).await;
+    UPSTREAM.set(upstream).unwrap();
+    let front = serve(
+        Router::new()
+            .route("/front", get(front))
+            .with_state(reqwest::Client::new()),
+    )
+    .await;
+    let response = reqwest::get(format!("http://{front}/front")).await.unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(response.headers()["retry-after"], "5");
+    let error = Error::from_status(response.status(), response.headers().clone());
+    assert_eq!(
+        error.classify(),
+        Classification::Throttled {
+            retry_after: Some(Duration::from_secs(5))
+        }
+    );
+}

@@ -90,8 +90,10 @@ pub fn refusal_response(e: &crate::Error) -> Response<String> {
 impl Error {
     /// The response a service answers with when this call to its own
     /// dependency failed: a refusal as by [`refusal_response`]; a timeout
-    /// as 504; any other failure as 502 Bad Gateway (RFC 9110 §15.6.3: "an
-    /// invalid response from an inbound server").
+    /// as 504; a dependency that asked to wait (a 429 or 503 with
+    /// `Retry-After`) as 503 with the same `Retry-After`, so this service's
+    /// callers wait too; any other failure as 502 Bad Gateway (RFC 9110
+    /// §15.6.3: "an invalid response from an inbound server").
     ///
     /// It carries `Do-Not-Retry: ?1` when the failure is permanent
     /// (retrying this service would only repeat it, or the dependency
@@ -102,8 +104,20 @@ impl Error {
         if let Some(refusal) = self.refusal() {
             return refusal_response(refusal);
         }
+        let class = self.classify();
+        // A dependency that asked to wait: this service's callers wait as
+        // long (a 502 carries no `Retry-After`, and would be retried at
+        // once, into the same throttled dependency).
+        let wait = match class {
+            Classification::Throttled {
+                retry_after: Some(wait),
+            } => Some(wait),
+            _ => None,
+        };
         let status = if self.is_timeout() {
             StatusCode::GATEWAY_TIMEOUT
+        } else if wait.is_some() {
+            StatusCode::SERVICE_UNAVAILABLE
         } else {
             StatusCode::BAD_GATEWAY
         };
@@ -112,7 +126,14 @@ impl Error {
             let _ = write!(extra, ",\"upstream_status\":{}", upstream.as_u16());
         }
         let mut response = problem(status, &self.to_string(), &extra);
-        if self.classify() == Classification::Permanent {
+        if let (Some(wait), false) = (wait, self.is_timeout()) {
+            let secs = wait.as_nanos().div_ceil(1_000_000_000);
+            let secs = u64::try_from(secs).unwrap_or(u64::MAX);
+            response
+                .headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if class == Classification::Permanent {
             super::set_do_not_retry(response.headers_mut());
         }
         response
