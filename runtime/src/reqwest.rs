@@ -27,7 +27,7 @@
 //! | timeout, reset or other failure after connecting (`is_timeout`, `is_request`, `is_body`) | transient | yes: the request may have arrived |
 //! | a success body that arrived whole but does not decode (`is_decode`), a redirect loop | permanent | yes |
 //! | a body cut short while reading it (`is_decode` or `is_body` with an I/O cause) | transient | yes |
-//! | an unbuildable request (`is_builder`) | permanent | no |
+//! | an unbuildable request (`is_builder`), or an `https` URL on a client built without TLS (a connect error with no I/O cause) | permanent | no |
 //! | `error_for_status` (`is_status`) | by its status (its headers are lost: prefer [`ResponseExt::check_status`]) | by its status |
 
 use std::future::Future;
@@ -47,7 +47,7 @@ const MAX_ERROR_BODY: usize = 4096;
 const MAX_ERROR_BODY_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 fn stage(e: &::reqwest::Error) -> Stage {
-    if e.is_builder() {
+    if e.is_builder() || unsupported_scheme(e) {
         Stage::InvalidRequest
     } else if e.is_connect() {
         Stage::NotSent
@@ -61,10 +61,20 @@ fn stage(e: &::reqwest::Error) -> Stage {
     }
 }
 
-/// reqwest reports a body cut short while `text()` or `json()` read it as
-/// a decode error; the I/O error in its chain tells it from a body that
-/// arrived whole and did not parse.
-fn broke_in_transit(e: &::reqwest::Error) -> bool {
+/// An `https` URL on a client built without TLS: reqwest reports it as a
+/// connect error, but no connection was tried, and none will succeed, so it
+/// is the request's fault (permanent), not the network's. Told apart from
+/// a real connection failure by the I/O error every one of those carries
+/// (refused, unreachable, reset, DNS), and from a connect timeout.
+fn unsupported_scheme(e: &::reqwest::Error) -> bool {
+    e.is_connect()
+        && !e.is_timeout()
+        && e.url().is_some_and(|url| url.scheme() == "https")
+        && !has_io_error(e)
+}
+
+/// Whether an I/O error is in `e`'s chain of sources.
+fn has_io_error(e: &::reqwest::Error) -> bool {
     let mut source = std::error::Error::source(e);
     while let Some(err) = source {
         if err.is::<std::io::Error>() {
@@ -73,6 +83,13 @@ fn broke_in_transit(e: &::reqwest::Error) -> bool {
         source = err.source();
     }
     false
+}
+
+/// reqwest reports a body cut short while `text()` or `json()` read it as
+/// a decode error; the I/O error in its chain tells it from a body that
+/// arrived whole and did not parse.
+fn broke_in_transit(e: &::reqwest::Error) -> bool {
+    has_io_error(e)
 }
 
 /// Converts by [reqwest's error kinds](self): whether it was sent, whether

@@ -463,3 +463,27 @@ async fn a_dependencys_retry_after_reaches_the_caller() {
         }
     );
 }
+
+#[resilient(retries = 2, idempotent, base_ms = 1)]
+async fn fetch_secure(client: &reqwest::Client, url: &str) -> Result<String, Error> {
+    Ok(client.get(url).send_checked().await?.text().await?)
+}
+
+/// Regression (found from outside): an `https` URL on a client built
+/// without TLS (as this one is) was a transient connect failure, retried,
+/// and counted against a breaker; no attempt can succeed. A real connection
+/// failure stays transient (`connection_refused_is_transient_and_certainly_not_done`).
+#[tokio::test]
+async fn an_https_url_on_a_client_without_tls_is_permanent() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (result, report) = resilient::observe(fetch_secure(
+        &reqwest::Client::new(),
+        &format!("https://{addr}/"),
+    ))
+    .await;
+    let error = result.unwrap_err();
+    assert_eq!(error.classify(), Classification::Permanent, "{error:?}");
+    assert!(!error.may_have_taken_effect());
+    assert_eq!(report.attempts().len(), 1, "not retried");
+}
