@@ -566,9 +566,10 @@ where
 /// admission (as `Call::attempt` admits later ones): the parts are found
 /// (cached for the call site from the global registry), the call's budget
 /// is reported to enclosing layers, the attempt admitted (its admission
-/// kept in place, in `admission`) and the request counted by the budget. `Some`: the call ended here, or goes
-/// on in the `async` engine. Out of line, and given only the fields it
-/// needs: a call without parts carries none of this in its `poll`.
+/// kept in place, in `admission`) and the request counted by the budget.
+/// `Some`: the call ended here, or goes on in the `async` engine. Out of
+/// line, and given only the fields it needs: a call without parts carries
+/// none of this in its `poll`.
 #[inline(never)]
 #[allow(clippy::too_many_arguments)]
 fn begin_with_parts<R, C, V, F>(

@@ -386,12 +386,17 @@ struct RunGuard {
 
 impl RunGuard {
     /// Hands `answer` to the requests waiting on this one, and keeps it
-    /// for later ones if it is `final`.
+    /// for later ones if `keep`.
     fn complete(mut self, answer: Option<Arc<Stored>>, keep: bool) {
+        self.settle(answer, keep);
+    }
+
+    fn settle(&mut self, answer: Option<Arc<Stored>>, keep: bool) {
         let kept = answer.clone().filter(|_| keep);
         self.store.finish(&self.key, self.generation, kept);
         if let Some(tx) = self.tx.take() {
-            // `None` (no answer): the waiters claim the key again.
+            // `None` (no answer): the sender drops, and the waiters claim
+            // the key again.
             let _ = tx.send(answer);
         }
     }
@@ -399,17 +404,11 @@ impl RunGuard {
 
 impl Drop for RunGuard {
     fn drop(&mut self) {
-        let Some(tx) = self.tx.take() else {
-            return;
-        };
-        if self.started {
-            let answer = Arc::new(interrupted());
-            self.store
-                .finish(&self.key, self.generation, Some(answer.clone()));
-            let _ = tx.send(Some(answer));
-        } else {
-            // Dropping the sender wakes the waiters, who claim the key again.
-            self.store.finish(&self.key, self.generation, None);
+        if self.tx.is_some() {
+            // Not started: nothing ran, the key is forgotten. Started: the
+            // work may be partly done, and the key keeps an answer saying so.
+            let answer = self.started.then(|| Arc::new(interrupted()));
+            self.settle(answer, self.started);
         }
     }
 }
@@ -423,10 +422,17 @@ fn interrupted() -> Stored {
     )
 }
 
-fn replay<B>(stored: &Stored) -> Response<ResponseBody<B>> {
+/// A stored answer, as given to the request that made it.
+fn answer<B>(stored: &Stored) -> Response<ResponseBody<B>> {
     let mut response = Response::new(Either::Right(Full::new(stored.body.clone())));
     *response.status_mut() = stored.status;
     *response.headers_mut() = stored.headers.clone();
+    response
+}
+
+/// A stored answer, as given to a repeat: marked `Idempotent-Replayed`.
+fn replay<B>(stored: &Stored) -> Response<ResponseBody<B>> {
+    let mut response = answer(stored);
     response
         .headers_mut()
         .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
@@ -434,11 +440,7 @@ fn replay<B>(stored: &Stored) -> Response<ResponseBody<B>> {
 }
 
 fn problem<B>(status: StatusCode, detail: &str) -> Response<ResponseBody<B>> {
-    let stored = problem_stored(status, detail);
-    let mut response = Response::new(Either::Right(Full::new(stored.body)));
-    *response.status_mut() = stored.status;
-    *response.headers_mut() = stored.headers;
-    response
+    answer(&problem_stored(status, detail))
 }
 
 /// A problem+json answer (RFC 9457), as the store keeps answers.
@@ -505,7 +507,7 @@ where
     }
     match tokio::time::timeout(limit, run.as_mut()).await {
         Ok(answer) => answer,
-        Err(_) => Ok(replay(&interrupted())),
+        Err(_) => Ok(answer(&interrupted())),
     }
 }
 
@@ -545,16 +547,12 @@ where
                 "the request was carried out, but its answer is larger than the idempotency layer keeps",
             ));
             guard.complete(Some(ran.clone()), true);
-            let mut response = replay(&ran);
-            response.headers_mut().remove(IDEMPOTENT_REPLAYED);
-            return Ok(response);
+            return Ok(answer(&ran));
         }
         Err(_) if acted => {
-            let answer = Arc::new(interrupted());
-            guard.complete(Some(answer.clone()), true);
-            let mut response = replay(&answer);
-            response.headers_mut().remove(IDEMPOTENT_REPLAYED);
-            return Ok(response);
+            let cut = Arc::new(interrupted());
+            guard.complete(Some(cut.clone()), true);
+            return Ok(answer(&cut));
         }
         Err(_) => {
             guard.complete(None, false);
@@ -705,11 +703,7 @@ where
                             Ok(answer) => answer,
                             // It panicked (or was cancelled): the guard kept
                             // the same answer for the repeats.
-                            Err(_) => {
-                                let mut response = replay(&interrupted());
-                                response.headers_mut().remove(IDEMPOTENT_REPLAYED);
-                                Ok(response)
-                            }
+                            Err(_) => Ok(answer(&interrupted())),
                         };
                     }
                 }
