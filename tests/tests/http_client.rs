@@ -25,6 +25,20 @@ async fn serve(router: Router) -> SocketAddr {
     addr
 }
 
+/// Reads a request's head from `socket`: `false` if it closed first.
+async fn read_head(socket: &mut tokio::net::TcpStream) -> bool {
+    let mut buf = vec![0u8; 4096];
+    let mut seen = Vec::new();
+    while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = socket.read(&mut buf).await.unwrap_or(0);
+        if n == 0 {
+            return false;
+        }
+        seen.extend_from_slice(&buf[..n]);
+    }
+    true
+}
+
 /// A raw TCP server that reads one request head, then does `then`.
 async fn raw_server(hang: bool) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -33,14 +47,8 @@ async fn raw_server(hang: bool) -> SocketAddr {
         loop {
             let (mut socket, _) = listener.accept().await.unwrap();
             tokio::spawn(async move {
-                let mut buf = vec![0u8; 4096];
-                let mut seen = Vec::new();
-                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
-                    let n = socket.read(&mut buf).await.unwrap_or(0);
-                    if n == 0 {
-                        return;
-                    }
-                    seen.extend_from_slice(&buf[..n]);
+                if !read_head(&mut socket).await {
+                    return;
                 }
                 if hang {
                     tokio::time::sleep(Duration::from_secs(30)).await;
@@ -378,14 +386,8 @@ async fn stalling_not_found() -> (SocketAddr, Arc<AtomicU32>) {
             let (mut socket, _) = listener.accept().await.unwrap();
             let counted = counted.clone();
             tokio::spawn(async move {
-                let mut buf = vec![0u8; 4096];
-                let mut seen = Vec::new();
-                while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
-                    let n = socket.read(&mut buf).await.unwrap_or(0);
-                    if n == 0 {
-                        return;
-                    }
-                    seen.extend_from_slice(&buf[..n]);
+                if !read_head(&mut socket).await {
+                    return;
                 }
                 counted.fetch_add(1, Ordering::SeqCst);
                 let _ = socket

@@ -45,10 +45,31 @@ async fn serve(provider: Arc<Provider>, layer: IdempotencyLayer) -> SocketAddr {
         .route("/charges", post(charge))
         .with_state(provider)
         .layer(layer);
+    listen(router).await
+}
+
+/// Serves `router` on a port of 127.0.0.1.
+async fn listen(router: Router) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
     addr
+}
+
+/// `charge` with the idempotency layer outside `ResilienceLayer` (as
+/// `ServiceBuilder` stacks its first layer outside).
+async fn serve_outside_resilience(provider: Arc<Provider>) -> SocketAddr {
+    use resilient::tower::ResilienceLayer;
+    use tower::ServiceBuilder;
+    let router = Router::new()
+        .route("/charges", post(charge))
+        .with_state(provider)
+        .layer(
+            ServiceBuilder::new()
+                .layer(IdempotencyLayer::new())
+                .layer(ResilienceLayer::new()),
+        );
+    listen(router).await
 }
 
 async fn post_charge(
@@ -256,21 +277,8 @@ async fn a_ttl_of_duration_max_keeps_answers_without_a_panic() {
 /// the handler never ran) was stored and replayed to every retry.
 #[tokio::test]
 async fn a_refusal_by_the_library_is_not_stored() {
-    use resilient::tower::ResilienceLayer;
-    use tower::ServiceBuilder;
     let provider = Arc::new(Provider::default());
-    // Idempotency outside, as `ServiceBuilder` stacks its first layer.
-    let router = Router::new()
-        .route("/charges", post(charge))
-        .with_state(provider.clone())
-        .layer(
-            ServiceBuilder::new()
-                .layer(IdempotencyLayer::new())
-                .layer(ResilienceLayer::new()),
-        );
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let addr = serve_outside_resilience(provider.clone()).await;
     let client = reqwest::Client::new();
     let send = |budget: &'static str| {
         client
@@ -302,9 +310,7 @@ async fn an_answer_too_large_to_keep_still_runs_the_handler_once() {
     let router = Router::new()
         .route("/charges", post(big_answer))
         .layer(IdempotencyLayer::new());
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let addr = listen(router).await;
     let first = post_charge(addr, Some("big"), "1").await;
     let again = post_charge(addr, Some("big"), "1").await;
     assert_eq!(first.0, StatusCode::INTERNAL_SERVER_ERROR);
@@ -335,9 +341,7 @@ async fn a_replayed_give_up_still_says_do_not_retry() {
         .route("/charges", post(gives_up))
         .layer(IdempotencyLayer::new())
         .layer(ResilienceLayer::new());
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let addr = listen(router).await;
     let client = reqwest::Client::new();
     let send = || {
         client
@@ -460,9 +464,7 @@ async fn a_request_cut_at_its_deadline_still_runs_once_and_is_replayed() {
         .with_state(provider.clone())
         .layer(IdempotencyLayer::new())
         .layer(ResilienceLayer::new());
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let addr = listen(router).await;
     let client = reqwest::Client::new();
     let send = |budget: &'static str| {
         client
@@ -487,23 +489,11 @@ async fn a_request_cut_at_its_deadline_still_runs_once_and_is_replayed() {
 /// mistaken for a refusal before the handler ran.
 #[tokio::test]
 async fn a_handler_cut_inside_the_layer_is_not_run_again() {
-    use resilient::tower::ResilienceLayer;
-    use tower::ServiceBuilder;
     let provider = Arc::new(Provider {
         delay: Duration::from_millis(300),
         ..Provider::default()
     });
-    let router = Router::new()
-        .route("/charges", post(charge))
-        .with_state(provider.clone())
-        .layer(
-            ServiceBuilder::new()
-                .layer(IdempotencyLayer::new())
-                .layer(ResilienceLayer::new()),
-        );
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let addr = serve_outside_resilience(provider.clone()).await;
     let client = reqwest::Client::new();
     let send = |budget: &'static str| {
         client
@@ -536,9 +526,7 @@ async fn a_handler_that_panics_is_answered_500_and_not_run_again() {
     let router = Router::new()
         .route("/charges", post(charge_then_panic))
         .layer(IdempotencyLayer::new());
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let addr = listen(router).await;
     let first = post_charge(addr, Some("panics"), "1").await;
     assert_eq!(
         (first.0, first.1),
@@ -610,9 +598,7 @@ async fn a_not_processed_answer_is_kept_when_a_call_inside_did_its_work() {
     let router = Router::new()
         .route("/charges", post(charge_then_busy))
         .layer(IdempotencyLayer::new());
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let addr = listen(router).await;
     let first = post_charge(addr, Some("acted"), "1").await;
     assert_eq!((first.0, first.1), (StatusCode::SERVICE_UNAVAILABLE, false));
     let again = post_charge(addr, Some("acted"), "1").await;
@@ -637,9 +623,7 @@ async fn a_handler_that_hangs_after_its_client_went_away_is_cut_and_not_run_agai
     let router = Router::new()
         .route("/charges", post(charge_then_hang))
         .layer(layer);
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let addr = listen(router).await;
     let impatient = reqwest::Client::builder()
         .timeout(Duration::from_millis(50))
         .build()
@@ -678,20 +662,8 @@ async fn a_handler_that_hangs_after_its_client_went_away_is_cut_and_not_run_agai
 /// so the idempotency layer around it kept that 504 and the retry never ran.
 #[tokio::test]
 async fn a_budget_spent_before_the_handler_runs_is_not_stored() {
-    use resilient::tower::ResilienceLayer;
-    use tower::ServiceBuilder;
     let provider = Arc::new(Provider::default());
-    let router = Router::new()
-        .route("/charges", post(charge))
-        .with_state(provider.clone())
-        .layer(
-            ServiceBuilder::new()
-                .layer(IdempotencyLayer::new())
-                .layer(ResilienceLayer::new()),
-        );
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    let addr = serve_outside_resilience(provider.clone()).await;
     let client = reqwest::Client::new();
     let spent = client
         .post(format!("http://{addr}/charges"))
