@@ -24,7 +24,7 @@ use crate::shutdown::{self, InFlight};
 use crate::telemetry::{
     self, AttemptEnd, Began, CallOutcome, CallSpan, Cause, DelaySource, Describe,
 };
-use crate::{BreakerPermit, Classification, Error};
+use crate::{BreakerPermit, Classification, Error, RetryBudget};
 
 /// The longest `Retry-After` a call without a deadline waits for. A server
 /// asking for longer ends the retry loop at once: retrying sooner than it
@@ -1306,17 +1306,54 @@ where
                 }
                 break 'call give_up(error, "retry budget spent");
             }
+            // Until the retry is made, its grants are held: a call dropped
+            // while it sleeps (its caller's timeout, a `select!`) never
+            // makes it, and gives them back.
+            let grants = Grants {
+                own: call.deps.budget_ref(),
+                nested,
+                at: now,
+            };
             let left = call.deadline.map(|d| d.saturating_duration_since(now));
             telemetry::retrying(
                 policy, span, number, &cause, &error, describe, delay, source, left,
             );
             tokio::time::sleep(delay).await;
+            grants.spent();
+            telemetry::retry_made(policy);
         }
     };
     if result.is_err() {
         call.report_failed_budget(last_nested);
     }
     R::from_result(call.end(result))
+}
+
+/// The retry budgets' grants of a retry not yet made: given back if the
+/// call is dropped before it makes it.
+struct Grants<'a> {
+    own: Option<&'a RetryBudget>,
+    nested: Option<&'a BudgetRef>,
+    /// When they were granted: the window slot they were counted in.
+    at: Instant,
+}
+
+impl Grants<'_> {
+    /// The retry is made: the grants are spent.
+    fn spent(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Grants<'_> {
+    fn drop(&mut self) {
+        if let Some(own) = self.own {
+            own.give_back(self.at);
+        }
+        if let Some(nested) = self.nested {
+            nested.get().give_back(self.at);
+        }
+    }
 }
 
 mod lean;

@@ -134,7 +134,9 @@ pub const BREAKER_SLOW_CALL_RATIO: &str = "resilient_breaker_slow_call_ratio";
 /// Labels: `breaker`.
 pub const BREAKER_BUFFERED_CALLS: &str = "resilient_breaker_buffered_calls";
 
-/// Counter: calls the breaker refused without running them.
+/// Counter: calls the breaker refused without running them, since it was
+/// made ([`Breaker::reset`](crate::Breaker::reset) zeroes the snapshot's
+/// count, not this one).
 ///
 /// Labels: `breaker`.
 pub const BREAKER_NOT_PERMITTED: &str = "resilient_breaker_not_permitted_calls_total";
@@ -404,8 +406,15 @@ pub fn publish(registry: &Registry) {
             .set(ratio(b.slow_call_rate));
         ::metrics::gauge!(BREAKER_BUFFERED_CALLS, "breaker" => name.clone())
             .set(f64::from(b.buffered_calls));
-        ::metrics::counter!(BREAKER_NOT_PERMITTED, "breaker" => name)
-            .absolute(b.not_permitted_calls);
+        // The snapshot counts from the breaker's last reset; a counter
+        // never goes down (recorders keep the largest value given), so it
+        // exports every refusal since the breaker was made.
+        let refused = registry
+            .breaker(&b.name)
+            .map_or(b.not_permitted_calls, |breaker| {
+                breaker.not_permitted_total()
+            });
+        ::metrics::counter!(BREAKER_NOT_PERMITTED, "breaker" => name).absolute(refused);
     }
     for b in &snapshot.bulkheads {
         let name = b.name.clone();

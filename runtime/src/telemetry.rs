@@ -267,7 +267,17 @@ pub(crate) fn span(policy: &'static Policy) -> CallSpan {
     CallSpan
 }
 
-/// Traces a failed attempt after which the call retries; counts the retry.
+/// Counts a retry, once its backoff has passed and its attempt is made: a
+/// call dropped while it waits makes none.
+#[inline]
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn retry_made(policy: &'static Policy) {
+    #[cfg(feature = "metrics")]
+    policy.metrics().retry();
+}
+
+/// Traces a failed attempt after which the call retries, before its
+/// backoff (the retry is counted once made: [`retry_made`]).
 #[allow(clippy::too_many_arguments)]
 #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
 pub(crate) fn retrying<E>(
@@ -281,8 +291,6 @@ pub(crate) fn retrying<E>(
     source: DelaySource,
     deadline_left: Option<Duration>,
 ) {
-    #[cfg(feature = "metrics")]
-    policy.metrics().retry();
     #[cfg(feature = "tracing")]
     span.in_scope(|| {
         tracing::debug!(

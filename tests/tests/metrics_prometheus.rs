@@ -86,6 +86,17 @@ async fn waits_for_a_slot() -> Result<u32, E> {
     Ok(1)
 }
 
+#[resilient(
+    retries = 1,
+    idempotent,
+    backoff = "exponential",
+    base_ms = 60000,
+    cap_ms = 60000
+)]
+async fn backs_off_a_minute() -> Result<u32, E> {
+    Err(E::Unavailable)
+}
+
 async fn degraded(_error: E) -> Result<u32, E> {
     Ok(0)
 }
@@ -204,6 +215,10 @@ async fn a_prometheus_scrape_shows_calls_attempts_retries_and_every_part() {
     // The fallback answers.
     assert_eq!(registry.scope(with_fallback()).await.unwrap(), 0);
 
+    // The caller's timeout cuts a call during its backoff: no retry made.
+    let cut = tokio::time::timeout(Duration::from_millis(20), backs_off_a_minute()).await;
+    assert!(cut.is_err(), "cut during its minute of backoff");
+
     // A full bulkhead refuses at once (no `max_wait`).
     let full = registry.scope(behind_full_bulkhead()).await; // creates nothing: configured
     assert!(full.is_ok());
@@ -299,6 +314,12 @@ async fn a_prometheus_scrape_shows_calls_attempts_retries_and_every_part() {
     assert_eq!(retries(&format!("{F}flaky")), 1.0);
     assert_eq!(retries(&format!("{F}always_fails")), 1.0);
     assert_eq!(retries(&pay), 0.0);
+    assert_eq!(attempts(&format!("{F}backs_off_a_minute"), "failure"), 1.0);
+    assert_eq!(
+        retries(&format!("{F}backs_off_a_minute")),
+        0.0,
+        "a retry its caller never waited for is not counted"
+    );
 
     // Latency histograms: one sample per call and per attempt; the timed-out
     // attempt ran for its 10 ms timeout.
@@ -407,6 +428,31 @@ async fn a_prometheus_scrape_shows_calls_attempts_retries_and_every_part() {
 
     // Shutdown gauges exist and say "running".
     assert_eq!(get(&s, names::SHUTTING_DOWN, &[]), 0.0);
+
+    // A reset zeroes the breaker's own count of refusals, not the exported
+    // counter: refusals after it still count.
+    let breaker = registry.breaker("m-pay").unwrap();
+    breaker.reset();
+    breaker.transition_to(State::ForcedOpen);
+    for _ in 0..2 {
+        // (`pay` names the function's label here.)
+        assert!(matches!(
+            registry.scope(crate::pay()).await,
+            Err(E::Refused(_))
+        ));
+    }
+    assert_eq!(breaker.snapshot().not_permitted_calls, 2);
+    resilient::metrics::publish(&registry);
+    let after_reset = parse(&scrape(port).await);
+    assert_eq!(
+        get(
+            &after_reset,
+            names::BREAKER_NOT_PERMITTED,
+            &[("breaker", "m-pay")]
+        ),
+        3.0,
+        "one refusal before the reset, two after"
+    );
 
     // Labels come only from function and part names and fixed words.
     for (name, labels) in s.keys() {

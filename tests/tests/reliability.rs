@@ -647,6 +647,62 @@ async fn a_retry_the_outer_budget_refuses_gives_the_nested_budgets_grant_back() 
         .await;
 }
 
+// ---- A retry its caller never waited for takes nothing from a budget ----
+
+#[resilient(budget = "inner")]
+async fn on_the_inner_budget(dep: &Flaky) -> Result<(), E> {
+    dep.call().await
+}
+
+#[resilient(
+    retries = 3,
+    idempotent,
+    backoff = "exponential",
+    base_ms = 1000,
+    cap_ms = 1000,
+    budget = "outer"
+)]
+async fn backs_off_a_second(dep: &Flaky) -> Result<(), E> {
+    on_the_inner_budget(dep).await
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_dropped_during_its_backoff_gives_its_retry_grants_back() {
+    let registry = Registry::builder()
+        .budget("inner", BudgetConfig::default())
+        .budget("outer", BudgetConfig::default())
+        .build()
+        .unwrap();
+    registry
+        .scope(async {
+            let dep = Flaky::failing(u32::MAX);
+            for _ in 0..5 {
+                // The caller's own timeout cuts each call during its backoff.
+                let cut =
+                    tokio::time::timeout(Duration::from_millis(100), backs_off_a_second(&dep))
+                        .await;
+                assert!(cut.is_err(), "the caller's timeout cut the call");
+            }
+            assert_eq!(dep.calls(), 5, "no call made its retry");
+            for name in ["inner", "outer"] {
+                let budget = Registry::current().budget(name).unwrap().snapshot();
+                assert_eq!(
+                    budget.retries, 0,
+                    "retries never made were spent from {name}: {budget:?}"
+                );
+                // The grants are still counted (a counter never goes down).
+                assert_eq!(budget.granted, 5, "{budget:?}");
+            }
+            // A call whose backoff passes makes its retry, and spends it.
+            let dep = Flaky::failing(1);
+            backs_off_a_second(&dep).await.unwrap();
+            assert_eq!(dep.calls(), 2);
+            let outer = Registry::current().budget("outer").unwrap().snapshot();
+            assert_eq!(outer.retries, 1, "{outer:?}");
+        })
+        .await;
+}
+
 // ---- Calls refused locally earn no retry budget ----
 
 #[resilient(retries = 3, idempotent, base_ms = 1, cap_ms = 1, breaker = "dep")]

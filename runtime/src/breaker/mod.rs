@@ -106,7 +106,12 @@ pub struct Breaker {
     /// of at least `RESOLUTIONS` ticks): the coarse duration past which a
     /// call is slow, the threshold plus a tick (saturating).
     coarse_slow: Option<Duration>,
+    /// Calls refused since the breaker was made: never reset, so that the
+    /// exported counter ([`crate::metrics`]) only rises.
     not_permitted: AtomicU64,
+    /// `not_permitted` at the last [`reset`](Breaker::reset): the snapshot
+    /// counts from there.
+    not_permitted_at_reset: AtomicU64,
     events: Arc<EventHub>,
 }
 
@@ -162,6 +167,7 @@ impl Breaker {
             name,
             config,
             not_permitted: AtomicU64::new(0),
+            not_permitted_at_reset: AtomicU64::new(0),
             events,
         }
     }
@@ -288,12 +294,14 @@ impl Breaker {
     }
 
     /// Closes the breaker with an empty window and zeroes its count of
-    /// refused calls; announced as a transition to closed.
+    /// refused calls (the snapshot's; the exported metrics counter keeps
+    /// counting); announced as a transition to closed.
     pub fn reset(&self) {
         let t = self
             .core
             .transition_to(Phase::Closed, self.since_origin(Instant::now()));
-        self.not_permitted.store(0, Ordering::Relaxed);
+        let total = self.not_permitted.load(Ordering::Relaxed);
+        self.not_permitted_at_reset.store(total, Ordering::Relaxed);
         self.announce(t, true);
     }
 
@@ -309,8 +317,18 @@ impl Breaker {
             buffered_calls: count(m.calls),
             failed_calls: count(m.failed),
             slow_calls: count(m.slow),
-            not_permitted_calls: self.not_permitted.load(Ordering::Relaxed),
+            not_permitted_calls: self
+                .not_permitted
+                .load(Ordering::Relaxed)
+                .saturating_sub(self.not_permitted_at_reset.load(Ordering::Relaxed)),
         }
+    }
+
+    /// Calls refused since the breaker was made, resets included: what
+    /// the metrics counter exports (a counter never goes down).
+    #[cfg(feature = "metrics")]
+    pub(crate) fn not_permitted_total(&self) -> u64 {
+        self.not_permitted.load(Ordering::Relaxed)
     }
 
     /// Calls `f` with every event of this breaker until the returned
