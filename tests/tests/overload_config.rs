@@ -140,6 +140,51 @@ fn budget_refuses_a_budget_that_never_retries() {
 }
 
 #[test]
+fn budget_refuses_settings_that_round_to_no_retry() {
+    // Under one retry per million requests, the ratio counts as 0.
+    let err = budget_toml("ratio = 0.0000001\nmin_retries_per_second = 5");
+    let reason = only_problem(&err, "budget", "payments", "ratio", "0.0000001");
+    assert!(reason.contains("0.000001"), "{reason}");
+    // 10 retries per second over 50 ms is half a retry: none.
+    let err = budget_toml("ratio = 0\nmin_retries_per_second = 10\nwindow_ms = 50");
+    let reason = only_problem(&err, "budget", "payments", "min_retries_per_second", "10");
+    assert!(
+        reason.contains("at least 20") && reason.contains("at least 100 ms"),
+        "{reason}"
+    );
+    let err = RetryBudget::new(
+        "payments",
+        BudgetConfig::ratio(0.1)
+            .min_retries_per_second(1)
+            .window(Duration::from_millis(999)),
+    )
+    .unwrap_err();
+    only_problem(&err, "budget", "payments", "min_retries_per_second", "1");
+
+    // The smallest settings that grant a retry are accepted, and grant it.
+    let now = tokio::time::Instant::now();
+    let floor = RetryBudget::new(
+        "payments",
+        BudgetConfig::ratio(0.0)
+            .min_retries_per_second(20)
+            .window(Duration::from_millis(50)),
+    )
+    .unwrap();
+    assert!(floor.try_retry(now));
+    assert!(!floor.try_retry(now));
+    let ratio = RetryBudget::new(
+        "payments",
+        BudgetConfig::ratio(0.000001).min_retries_per_second(0),
+    )
+    .unwrap();
+    assert!(!ratio.try_retry(now));
+    for _ in 0..1_000_000 {
+        ratio.on_request(now);
+    }
+    assert!(ratio.try_retry(now), "one retry per million requests");
+}
+
+#[test]
 fn budget_refuses_settings_of_the_other_kind() {
     let err = budget_toml("max_tokens = 5");
     let reason = only_problem(&err, "budget", "payments", "max_tokens", "5");

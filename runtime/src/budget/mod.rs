@@ -136,7 +136,8 @@ impl Default for BudgetConfig {
 
 impl BudgetConfig {
     /// A ratio budget allowing retries up to `ratio` of the requests of the
-    /// window (0.1: one retry per ten requests; from 0 to 1000).
+    /// window (0.1: one retry per ten requests; 0, or from 0.000001, the
+    /// millionths it counts in, to 1000).
     pub fn ratio(ratio: f64) -> Self {
         Self {
             ratio: Some(ratio),
@@ -167,7 +168,9 @@ impl BudgetConfig {
     }
 
     /// Ratio budgets only: retries allowed per second of window whatever
-    /// the ratio says (default 10). Key `min_retries_per_second`.
+    /// the ratio says (default 10). Key `min_retries_per_second`. The
+    /// budget grants whole retries: unless 0, it must make at least one
+    /// over the window (10 per second needs a window of 100 ms or more).
     pub fn min_retries_per_second(mut self, retries: u32) -> Self {
         self.min_retries_per_second = Some(retries);
         self
@@ -224,6 +227,7 @@ impl BudgetConfig {
                     refuse("token_ratio", &v, misplaced("token_ratio"));
                 }
                 let ratio = self.ratio_value();
+                let min_retries = self.min_retries_value();
                 if !(0.0..=MAX_RATIO).contains(&ratio) {
                     refuse(
                         "ratio",
@@ -232,7 +236,16 @@ impl BudgetConfig {
                             "must be a number from 0 to {MAX_RATIO} (0.1 allows one retry per ten requests)"
                         ),
                     );
-                } else if ratio == 0.0 && self.min_retries_value() == 0 {
+                } else if ratio > 0.0 && ratio_ppm(ratio) == 0 {
+                    // Counted in millionths: a smaller ratio would be 0.
+                    refuse(
+                        "ratio",
+                        &ratio,
+                        "must be 0 or at least 0.000001 (one retry per million requests, \
+                         the smallest ratio the budget counts)"
+                            .to_owned(),
+                    );
+                } else if ratio == 0.0 && min_retries == 0 {
                     refuse(
                         "ratio",
                         &ratio,
@@ -249,6 +262,21 @@ impl BudgetConfig {
                         format!(
                             "must be more than 0 and at most {} (a day)",
                             MAX_WINDOW.as_millis()
+                        ),
+                    );
+                } else if min_retries > 0 && reserve(min_retries, window) == 0 {
+                    // The budget grants whole retries: a floor under one
+                    // retry per window would be none at all.
+                    let whole = 1000u128.div_ceil(window.as_millis().max(1));
+                    refuse(
+                        "min_retries_per_second",
+                        &min_retries,
+                        format!(
+                            "over a window of {} ms this is less than one retry, and the budget \
+                             grants whole retries; raise it to at least {whole}, or lengthen \
+                             `window_ms` to at least {} ms",
+                            window.as_millis(),
+                            1000u32.div_ceil(min_retries),
                         ),
                     );
                 }
@@ -468,13 +496,10 @@ impl RetryBudget {
             BudgetKind::Ratio => {
                 let window = config.window_value();
                 let nanos = crate::time::nanos(window);
-                let reserve = u64::from(config.min_retries_value())
-                    .saturating_mul(u64::try_from(window.as_millis()).unwrap_or(u64::MAX))
-                    / 1000;
                 Policy::Ratio {
                     window: Window::new(nanos / RATIO_SLOTS as u64, RATIO_SLOTS),
-                    ratio_ppm: (config.ratio_value() * PPM as f64).round() as u64,
-                    reserve,
+                    ratio_ppm: ratio_ppm(config.ratio_value()),
+                    reserve: reserve(config.min_retries_value(), window),
                 }
             }
             BudgetKind::TokenBucket => Policy::Tokens(Tokens::new(
@@ -621,6 +646,19 @@ impl RetryBudget {
 }
 
 /// Retries a ratio budget allows for `requests` requests in its window.
+/// A ratio as the budget counts it: retries per million requests.
+fn ratio_ppm(ratio: f64) -> u64 {
+    (ratio * PPM as f64).round() as u64
+}
+
+/// The retries a ratio budget grants whatever the requests: the floor of
+/// `min_retries_per_second` over the window, in whole retries.
+fn reserve(min_retries_per_second: u32, window: Duration) -> u64 {
+    u64::from(min_retries_per_second)
+        .saturating_mul(u64::try_from(window.as_millis()).unwrap_or(u64::MAX))
+        / 1000
+}
+
 fn allowance(requests: u64, ratio_ppm: u64, reserve: u64) -> u64 {
     let earned = u128::from(requests) * u128::from(ratio_ppm) / u128::from(PPM);
     u64::try_from(earned)
