@@ -38,7 +38,7 @@ pub fn fallback_served(policy: &'static Policy) -> FallbackBudget {
     // Taken before anything of the user's (a metrics recorder, a tracing
     // layer) runs, so that a panic there cannot leave it held.
     let budget = crate::frame::take_held_for_fallback();
-    crate::Registry::current().count_fallback(policy.function());
+    crate::Registry::count_fallback_served(policy.function());
     #[cfg(feature = "tracing")]
     tracing::warn!(
         target: "resilient",

@@ -26,6 +26,12 @@ static EVER_SCOPED: AtomicBool = AtomicBool::new(false);
 
 static GLOBAL: OnceLock<Registry> = OnceLock::new();
 
+/// Fallbacks served outside any scope before a global registry existed:
+/// counted here rather than by making the default registry (which would
+/// refuse a later [`Registry::install`] for a function that names no
+/// parts), and passed to the global registry once there is one.
+static EARLY_FALLBACKS: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+
 /// Named breakers, budgets, throttles and bulkheads. Cheap to clone (a
 /// reference count); all clones are the same registry.
 ///
@@ -147,8 +153,10 @@ impl Registry {
     /// rather than failing those functions' calls later.
     ///
     /// Refused too, with the same error type, when the global registry is
-    /// already in use (installed before, or created by an earlier annotated
-    /// call): configuration must not depend on which call came first.
+    /// already in use (installed before, or created by an earlier call of
+    /// an annotated function that names a breaker, budget or bulkhead; one
+    /// that names none does not create it): configuration must not depend
+    /// on which call came first.
     pub fn install(self) -> Result<(), ConfigError> {
         if self.inner.strict {
             self.check_names()?;
@@ -163,7 +171,9 @@ impl Registry {
         }
         GLOBAL.set(self).map_err(|_| {
             ConfigError::one(Problem::new("registry", None, "", "", ALREADY_INSTALLED))
-        })
+        })?;
+        take_early_fallbacks();
+        Ok(())
     }
 
     /// Checks that every breaker, budget and bulkhead named by an annotated
@@ -252,11 +262,17 @@ impl Registry {
 
     /// The global registry: the installed one, or a default one.
     pub fn global() -> &'static Registry {
-        GLOBAL.get_or_init(|| {
+        let mut made = false;
+        let global = GLOBAL.get_or_init(|| {
+            made = true;
             RegistryBuilder::default()
                 .build()
                 .unwrap_or_else(|_| unreachable!("the default configuration is valid"))
-        })
+        });
+        if made {
+            take_early_fallbacks();
+        }
+        global
     }
 
     /// The registry annotated calls in this task use right now.
@@ -410,6 +426,27 @@ impl Registry {
         })
     }
 
+    /// Counts a fallback served in the registry the call used: the
+    /// scoped one, or the global one, which this does not make (see
+    /// [`EARLY_FALLBACKS`]).
+    pub(crate) fn count_fallback_served(function: &'static str) {
+        if let Some(scoped) = Registry::scoped() {
+            return scoped.count_fallback(function);
+        }
+        if let Some(global) = GLOBAL.get() {
+            return global.count_fallback(function);
+        }
+        let mut early = EARLY_FALLBACKS
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // Checked again under the lock that passes early counts on: a
+        // global registry set meanwhile has taken them, or will take this.
+        match GLOBAL.get() {
+            Some(global) => global.count_fallback(function),
+            None => early.push(function),
+        }
+    }
+
     pub(crate) fn count_fallback(&self, function: &'static str) {
         let mut map = self
             .inner
@@ -417,6 +454,22 @@ impl Registry {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         *map.entry(function).or_insert(0) += 1;
+    }
+}
+
+/// Passes the fallbacks counted before there was a global registry to it,
+/// once it is set.
+fn take_early_fallbacks() {
+    let Some(global) = GLOBAL.get() else {
+        return;
+    };
+    let early = std::mem::take(
+        &mut *EARLY_FALLBACKS
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner),
+    );
+    for function in early {
+        global.count_fallback(function);
     }
 }
 

@@ -14,8 +14,21 @@ async fn call(fail: bool) -> Result<(), std::io::Error> {
     }
 }
 
+async fn cached(_error: std::io::Error) -> Result<u32, std::io::Error> {
+    Ok(0)
+}
+
+/// Names no breaker, budget or bulkhead: it needs no registry.
+#[resilient(fallback = cached)]
+async fn warm_up() -> Result<u32, std::io::Error> {
+    Err(std::io::ErrorKind::ConnectionRefused.into())
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_installed_registry_is_used_and_a_late_install_is_refused() {
+    // A function without parts may run (and its fallback answer) before
+    // the registry is installed: that does not make the default one.
+    assert_eq!(warm_up().await.unwrap(), 0);
     Registry::builder()
         .breaker(
             "global-dep",
@@ -28,6 +41,11 @@ async fn the_installed_registry_is_used_and_a_late_install_is_refused() {
         .unwrap()
         .install()
         .unwrap();
+    // The fallback served before the install is counted in it.
+    let fallbacks = Registry::global().snapshot().fallbacks;
+    assert_eq!(fallbacks.len(), 1, "{fallbacks:?}");
+    assert!(fallbacks[0].function.ends_with("warm_up"), "{fallbacks:?}");
+    assert_eq!(fallbacks[0].served, 1);
     let _ = call(true).await;
     let _ = call(true).await;
     let breaker = Registry::global().breaker("global-dep").unwrap();
