@@ -251,8 +251,9 @@ impl Registry {
                     section,
                     name,
                     format!(
-                        "not configured, but used by {} (`{section} = \"{name}\"`); configure it (`[{table}.{name}]` in the file, or `.{section}(\"{name}\", …)` in code), or correct the name in the attribute",
-                        users.join(", ")
+                        "not configured, but used by {} (`{section} = \"{name}\"`); configure it (`[{table}.{}]` in the file, or `.{section}(\"{name}\", …)` in code), or correct the name in the attribute",
+                        users.join(", "),
+                        key_path(name),
                     ),
                 )
             })
@@ -826,6 +827,20 @@ macro_rules! __resilient_site {
     ($site:expr) => {};
 }
 
+/// A TOML key as written in a table path: bare when it can be, else
+/// quoted (a name with a `.` is `[breakers."fraud.checks"]`).
+fn key_path(key: &str) -> String {
+    if !key.is_empty()
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'))
+    {
+        key.to_owned()
+    } else {
+        format!("{key:?}")
+    }
+}
+
 #[cfg(feature = "toml")]
 mod file {
     //! Loading a registry from TOML; the format is documented on `Registry`.
@@ -838,7 +853,7 @@ mod file {
     use toml::Spanned;
     use toml::de::{DeTable, DeValue};
 
-    use super::RegistryBuilder;
+    use super::{RegistryBuilder, key_path};
     use crate::config::setting::{self, RawValue, Settings};
     use crate::config::{ConfigError, Location, Problem, check_name};
     use crate::{BreakerConfig, BudgetConfig, BulkheadConfig, ThrottleConfig};
@@ -865,32 +880,19 @@ mod file {
         RawValue::from(value).to_string()
     }
 
-    /// A TOML key as written in a table path: bare when it can be.
-    fn key_path(key: &str) -> String {
-        if !key.is_empty()
-            && key
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'))
-        {
-            key.to_owned()
-        } else {
-            format!("{key:?}")
-        }
-    }
-
     /// Reads one part's table (`[breakers.payments]`), placing every
     /// problem at its key.
     fn part<T: Settings>(
         src: &Source<'_>,
         parent: &str,
         table_path: &str,
-        name: &str,
+        (name, name_at): (&str, usize),
         value: &Spanned<DeValue<'_>>,
         problems: &mut Vec<Problem>,
     ) -> Option<T> {
         let here = src.at(value.span().start, Some(table_path));
         let DeValue::Table(table) = value.get_ref() else {
-            let here = src.at(value.span().start, Some(parent));
+            let here = src.at(name_at, Some(parent));
             problems.push(
                 Problem::new(
                     T::SECTION,
@@ -907,16 +909,35 @@ mod file {
             );
             return None;
         };
-        let entries: Vec<(String, RawValue, Location)> = table
-            .iter()
-            .map(|(key, value)| {
-                (
-                    key.get_ref().to_string(),
-                    RawValue::from(value.get_ref()),
-                    src.at(key.span().start, Some(table_path)),
-                )
-            })
-            .collect();
+        let mut entries: Vec<(String, RawValue, Location)> = Vec::new();
+        for (key, value) in table {
+            let at = src.at(key.span().start, Some(table_path));
+            // No setting is a table: `[breakers.fraud.checks]` is breaker
+            // `fraud` with a key `checks`, where `fraud.checks` was meant
+            // as one name, which TOML wants quoted.
+            if matches!(value.get_ref(), DeValue::Table(_)) && parent != "defaults" {
+                let dotted = format!("{name}.{}", key.get_ref());
+                problems.push(
+                    Problem::new(
+                        T::SECTION,
+                        Some(name),
+                        key.get_ref().as_ref(),
+                        shown(value.get_ref()),
+                        format!(
+                            "not a setting but a table; if `{dotted}` is one name, quote it, as a name with a `.` must be in TOML: `[{parent}.{}]`",
+                            key_path(&dotted)
+                        ),
+                    )
+                    .at(at),
+                );
+                continue;
+            }
+            entries.push((
+                key.get_ref().to_string(),
+                RawValue::from(value.get_ref()),
+                at,
+            ));
+        }
         match setting::from_located_entries(name, &entries, &here) {
             Ok(config) => Some(config),
             Err(found) => {
@@ -1053,17 +1074,17 @@ mod file {
                 let path = format!("defaults.{}", key_path(kind_name));
                 match kind_name {
                     "breaker" => {
-                        if let Some(c) = part::<BreakerConfig>(src, "defaults", &path, "(default)", value, problems) {
+                        if let Some(c) = part::<BreakerConfig>(src, "defaults", &path, ("(default)", kind.span().start), value, problems) {
                             self.file.default_breaker = Some(c);
                         }
                     }
                     "budget" => {
-                        if let Some(c) = part::<BudgetConfig>(src, "defaults", &path, "(default)", value, problems) {
+                        if let Some(c) = part::<BudgetConfig>(src, "defaults", &path, ("(default)", kind.span().start), value, problems) {
                             self.file.default_budget = Some(c);
                         }
                     }
                     "bulkhead" => {
-                        if let Some(c) = part::<BulkheadConfig>(src, "defaults", &path, "(default)", value, problems) {
+                        if let Some(c) = part::<BulkheadConfig>(src, "defaults", &path, ("(default)", kind.span().start), value, problems) {
                             self.file.default_bulkhead = Some(c);
                         }
                     }
@@ -1105,32 +1126,53 @@ mod file {
                     continue;
                 }
                 let name_owned = name_str.to_owned();
+                let name_at = name.span().start;
                 match section {
                     "breakers" => {
-                        if let Some(c) =
-                            part::<BreakerConfig>(src, section, &path, name_str, value, problems)
-                        {
+                        if let Some(c) = part::<BreakerConfig>(
+                            src,
+                            section,
+                            &path,
+                            (name_str, name_at),
+                            value,
+                            problems,
+                        ) {
                             self.file.breakers.insert(name_owned, c);
                         }
                     }
                     "budgets" => {
-                        if let Some(c) =
-                            part::<BudgetConfig>(src, section, &path, name_str, value, problems)
-                        {
+                        if let Some(c) = part::<BudgetConfig>(
+                            src,
+                            section,
+                            &path,
+                            (name_str, name_at),
+                            value,
+                            problems,
+                        ) {
                             self.file.budgets.insert(name_owned, c);
                         }
                     }
                     "bulkheads" => {
-                        if let Some(c) =
-                            part::<BulkheadConfig>(src, section, &path, name_str, value, problems)
-                        {
+                        if let Some(c) = part::<BulkheadConfig>(
+                            src,
+                            section,
+                            &path,
+                            (name_str, name_at),
+                            value,
+                            problems,
+                        ) {
                             self.file.bulkheads.insert(name_owned, c);
                         }
                     }
                     _ => {
-                        if let Some(c) =
-                            part::<ThrottleConfig>(src, section, &path, name_str, value, problems)
-                        {
+                        if let Some(c) = part::<ThrottleConfig>(
+                            src,
+                            section,
+                            &path,
+                            (name_str, name_at),
+                            value,
+                            problems,
+                        ) {
                             self.file.throttles.insert(name_owned, c);
                         }
                     }

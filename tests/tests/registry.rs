@@ -609,6 +609,8 @@ fn a_part_that_is_not_a_table_is_refused_naming_its_section_part_and_line() {
         ("breaker", Some("payments"), Some("breakers"), Some(5)),
         "{err}"
     );
+    // Placed at the part's name, as every other refusal is at its key.
+    assert_eq!(p.column(), Some(1), "{err}");
     let text = err.to_string();
     for expected in [
         "line 5",
@@ -619,6 +621,60 @@ fn a_part_that_is_not_a_table_is_refused_naming_its_section_part_and_line() {
     ] {
         assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
     }
+}
+
+#[resilient(breaker = "fraud.checks")]
+async fn score(dep: &Dep) -> Result<(), E> {
+    dep.call().await
+}
+
+/// A name with a `.` is quoted in TOML (`[breakers."fraud.checks"]`):
+/// written bare, it was refused as an unknown key `checks` of a breaker
+/// `fraud`, and a strict registry's refusal advised the bare form.
+#[tokio::test]
+async fn a_name_with_a_dot_is_configured_quoted_and_refusals_say_so() {
+    let registry = Registry::builder()
+        .toml("[breakers.\"fraud.checks\"]\nfailure_rate_threshold = 20\n")
+        .unwrap()
+        .build()
+        .unwrap();
+    let configured = registry.breaker("fraud.checks").unwrap();
+    assert_eq!(
+        configured.config(),
+        &BreakerConfig::default().failure_rate_threshold(20.0)
+    );
+    let dep = Dep::default();
+    registry.scope(score(&dep)).await.unwrap();
+    assert!(Arc::ptr_eq(
+        &configured,
+        &registry.breaker("fraud.checks").unwrap()
+    ));
+
+    let err = Registry::builder()
+        .toml("[breakers.fraud.checks]\nfailure_rate_threshold = 20\n")
+        .unwrap()
+        .build()
+        .unwrap_err();
+    let text = err.to_string();
+    assert_eq!(err.problems().len(), 1, "{text}");
+    assert_eq!(err.problems()[0].key(), "checks", "{text}");
+    assert!(
+        text.contains("[breakers.\"fraud.checks\"]"),
+        "the refusal shows the quoted form: {text}"
+    );
+
+    let err = Registry::builder()
+        .strict(true)
+        .build()
+        .unwrap()
+        .check_names()
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("breaker `fraud.checks`"), "{text}");
+    assert!(
+        text.contains("`[breakers.\"fraud.checks\"]` in the file"),
+        "the advice is TOML that configures it: {text}"
+    );
 }
 
 /// A file that was not TOML was refused without its line and column.

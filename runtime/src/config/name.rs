@@ -6,8 +6,9 @@
 //! on this one). The registry applies it too, to names given in code and in
 //! files, so that a name no function could ever use (`"payments "`, an empty
 //! table name, `"pay ments"`) is refused at start-up instead of silently
-//! configuring nothing. The characters are those of a bare TOML key, so
-//! every name can be written `[breakers.name]` without quotes.
+//! configuring nothing. The characters are those of a bare TOML key and
+//! `.`, which TOML reads as a separator: a name with one is quoted in a
+//! file (`[breakers."fraud.checks"]`).
 //! `tests/tests/name_rule.rs` checks that both sides agree.
 
 /// Why `name` cannot name a part, or `Ok` when it can.
