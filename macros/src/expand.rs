@@ -79,13 +79,25 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
     let mut rebinds = Vec::new();
     // Pattern arguments, destructured inside each attempt's future.
     let mut destructures = Vec::new();
-    // The arguments as the outer function binds them, to pass to a fallback.
+    // The arguments as the outer function binds them, to pass to a fallback:
+    // located at the fallback's path, so that a fallback taking the wrong
+    // arguments is reported there, and rustc does not offer to remove
+    // parameters from the annotated function to make the call fit.
     let mut call_args = Vec::new();
+    let fallback_at = args
+        .fallback
+        .as_ref()
+        .and_then(|f| f.tokens.clone().into_iter().next())
+        .map(|t| t.span());
     if checked.reuses_arguments {
         for (i, arg) in outer_sig.inputs.iter_mut().enumerate() {
             let typed = match arg {
                 FnArg::Receiver(r) => {
-                    call_args.push(r.self_token.to_token_stream());
+                    let mut self_token = r.self_token;
+                    if let Some(location) = fallback_at {
+                        self_token.span = self_token.span.located_at(location);
+                    }
+                    call_args.push(self_token.to_token_stream());
                     if checked.copies_receiver {
                         // `self: Arc<Self>`: each attempt gets its own
                         // clone, under the name the body's `self` is
@@ -165,7 +177,8 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
                     name
                 }
             };
-            call_args.push(quote!(#(#cfgs)* #name));
+            let passed = fallback_at.map_or_else(|| name.clone(), |location| at(&name, location));
+            call_args.push(quote!(#(#cfgs)* #passed));
             if checked.key_params.contains(&i) {
                 let source = at(&name, ty_span);
                 checks.push(quote_spanned! {ty_span=>
