@@ -194,6 +194,22 @@ fn zero_counts_are_refused() {
     );
 }
 
+/// A time-based window counts at most 16 383 calls a second: a minimum
+/// above what it can hold was accepted, and the breaker could never open.
+#[test]
+fn a_minimum_a_time_based_window_cannot_hold_is_refused() {
+    let msg = refused_file(
+        "sliding_window_type = \"time_based\"\nsliding_window_size = 2\nminimum_number_of_calls = 40000",
+        "minimum_number_of_calls",
+        "40000",
+    );
+    assert!(msg.contains("32766") && msg.contains("16383"), "{msg}");
+    let at_most = BreakerConfig::default()
+        .sliding_window(SlidingWindow::TimeBased { seconds: 2 })
+        .minimum_number_of_calls(32_766);
+    assert!(Breaker::new("payments", at_most).is_ok());
+}
+
 #[test]
 fn negative_counts_are_refused() {
     let msg = refused_file("sliding_window_size = -3", "sliding_window_size", "-3");

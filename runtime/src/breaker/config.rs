@@ -167,7 +167,9 @@ impl BreakerConfig {
     }
 
     /// How many outcomes the window must hold before any rate is computed.
-    /// Must not be zero, nor exceed a count-based window's size. Default 100.
+    /// Must not be zero, nor exceed what the window can hold: a count-based
+    /// window's size, or 16 383 calls per second of a time-based one.
+    /// Default 100.
     pub fn minimum_number_of_calls(mut self, calls: u32) -> Self {
         self.minimum_number_of_calls = calls;
         self
@@ -317,6 +319,23 @@ impl BreakerConfig {
                 "minimum_number_of_calls",
                 &minimum,
                 "must be greater than 0",
+            );
+        } else if let Some((seconds, most)) = match self.sliding_window {
+            SlidingWindow::TimeBased { seconds } if seconds > 0 && seconds <= max => Some((
+                seconds,
+                u64::from(seconds) * u64::from(super::core::MAX_CALLS_PER_SECOND),
+            )),
+            _ => None,
+        }
+        .filter(|&(_, most)| u64::from(minimum) > most)
+        {
+            refuse(
+                "minimum_number_of_calls",
+                &minimum,
+                &format!(
+                    "must not exceed {most}, the calls a time-based window of {seconds} s counts ({} per second), which could never hold that many",
+                    super::core::MAX_CALLS_PER_SECOND
+                ),
             );
         } else if matches!(self.sliding_window, SlidingWindow::CountBased { size } if size > 0 && minimum > size)
         {

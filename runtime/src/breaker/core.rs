@@ -359,6 +359,8 @@ const STAMP_BITS: u32 = SECOND_BITS + EPOCH_TAG_BITS;
 const STAMP_MASK: u64 = (1 << STAMP_BITS) - 1;
 const COUNT_BITS: u32 = 14;
 const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
+/// The calls a time window's bucket counts in one second (16 383).
+pub(crate) const MAX_CALLS_PER_SECOND: u32 = COUNT_MASK as u32;
 const CALLS_SHIFT: u32 = STAMP_BITS;
 const FAILED_SHIFT: u32 = STAMP_BITS + COUNT_BITS;
 const SLOW_SHIFT: u32 = STAMP_BITS + 2 * COUNT_BITS;
