@@ -274,11 +274,6 @@ impl AdaptiveThrottle {
         }
     }
 
-    /// Records how the backend answered an admitted request. `accepted` is
-    /// `true` for a success and for a permanent failure (the backend did the
-    /// work and answered; a malformed request is the caller's problem, not
-    /// overload), `false` for a throttled or transient failure or a timeout:
-    /// the signs of a backend refusing or unable to take the work.
     /// The engine's form of [`admit`](AdaptiveThrottle::admit): decides
     /// whether to shed the call, counting it as a request only if shed. A
     /// call that goes ahead is counted by [`record`](AdaptiveThrottle::record)
@@ -307,7 +302,12 @@ impl AdaptiveThrottle {
     }
 
     /// Records whether the backend accepted a request admitted by
-    /// [`admit`](AdaptiveThrottle::admit).
+    /// [`admit`](AdaptiveThrottle::admit). `accepted` is `true` for a
+    /// success and for a permanent failure (the backend did the work and
+    /// answered; a malformed request is the caller's problem, not
+    /// overload), `false` for a throttled or transient failure or a
+    /// timeout: the signs of a backend refusing or unable to take the work.
+    /// (Annotated calls record theirs this way themselves.)
     pub fn on_outcome(&self, accepted: bool, now: Instant) {
         if accepted {
             self.window.add(self.nanos(now), ACCEPTS);
