@@ -6,6 +6,7 @@ use std::future::Future;
 use std::ops::Deref;
 use std::pin::Pin;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -264,6 +265,16 @@ struct Call<C> {
     /// When the call began, for its duration metric (nothing without the
     /// `metrics` feature).
     began: Began,
+    /// The call ended ([`Call::end`]); dropped before, it was cancelled.
+    ended: AtomicBool,
+}
+
+impl<C> Drop for Call<C> {
+    fn drop(&mut self) {
+        if !*self.ended.get_mut() {
+            telemetry::call_cancelled(self.policy, &self.began);
+        }
+    }
 }
 
 /// What a call knows once it has begun, apart from its classifier and its
@@ -430,6 +441,7 @@ impl<C> Call<C> {
             path,
             began,
             _in_flight: in_flight,
+            ended: AtomicBool::new(false),
         }
     }
 
@@ -502,9 +514,10 @@ impl<C> Call<C> {
         // `select!` that chose another branch) may have reached the
         // dependency: an observed call reports it so.
         let cut = CutAttempt {
-            function: self.policy.function,
+            policy: self.policy,
             number,
-            armed: self.path.observed,
+            observed: self.path.observed,
+            began: attempt_began,
         };
         let result = Bounded::new(attempt_deadline, frame, span, &mut admission, make()).await;
         cut.disarm();
@@ -709,6 +722,7 @@ impl<E> Failure<E> {
 impl<C> Call<C> {
     /// Records how the call ended and hands its result on.
     fn end<T, E>(&self, result: Result<T, (E, CallOutcome)>) -> Result<T, E> {
+        self.ended.store(true, Ordering::Relaxed);
         match result {
             Ok(value) => {
                 telemetry::call_ended(self.policy, &self.began, CallOutcome::Success);
@@ -802,23 +816,32 @@ fn finish_held(
     }
 }
 
-/// Records an attempt dropped while it ran, for [`observe`](crate::observe).
+/// Records an attempt dropped while it ran: in metrics, and for
+/// [`observe`](crate::observe).
 struct CutAttempt {
-    function: &'static str,
+    policy: &'static Policy,
     number: u32,
-    armed: bool,
+    observed: bool,
+    began: Began,
 }
 
 impl CutAttempt {
-    fn disarm(mut self) {
-        self.armed = false;
+    /// The attempt ended: nothing to record here.
+    fn disarm(self) {
+        std::mem::forget(self);
     }
 }
 
 impl Drop for CutAttempt {
     fn drop(&mut self) {
-        if self.armed {
-            report::record(self.function, self.number, AttemptOutcome::Cancelled, true);
+        telemetry::attempt_cancelled(self.policy, &self.began);
+        if self.observed {
+            report::record(
+                self.policy.function,
+                self.number,
+                AttemptOutcome::Cancelled,
+                true,
+            );
         }
     }
 }

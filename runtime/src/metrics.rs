@@ -79,7 +79,11 @@ use crate::{ErrorKind, Registry, State};
 /// `timeout` (its last attempt was cut by the attempt timeout or the
 /// deadline); `refused` (the library refused to run it: breaker open,
 /// bulkhead full, load shed, a deadline already passed, shutting down);
-/// `fallback` (the call failed and its fallback answered). With
+/// `fallback` (the call failed and its fallback answered); `cancelled`
+/// (its caller dropped it before it ended: the caller's own timeout, a
+/// `select!` that chose another branch, a client gone; neither a success
+/// nor a failure of the dependency, so no breaker counts it, but a
+/// dependency that hangs under callers' own timeouts shows here). With
 /// `outcome="refused"`, `reason`: the refusal's [`ErrorKind::as_str`]
 /// (`breaker_open`, `bulkhead_full`, `load_shed`, `deadline_exceeded`,
 /// `unknown_name`, `shutting_down`).
@@ -95,7 +99,8 @@ pub const CALL_DURATION: &str = "resilient_call_duration_seconds";
 ///
 /// Labels: `function`; `outcome`: `success`, `failure` (the body returned
 /// an error), `timeout` (its timeout or the deadline cut it), `refused` (a
-/// breaker, throttle or bulkhead refused it before it ran).
+/// breaker, throttle or bulkhead refused it before it ran), `cancelled`
+/// (dropped while it ran, with its call: see [`CALLS`]).
 pub const ATTEMPTS: &str = "resilient_attempts_total";
 
 /// Histogram, seconds: how long each attempt's body ran (after any wait for
@@ -338,6 +343,22 @@ impl FunctionMetrics {
         let i = end as usize;
         self.attempts[i].increment(1);
         self.attempt_duration[i].record(took.as_secs_f64());
+    }
+
+    /// Rare (a caller's own timeout, a `select!`): registered when it
+    /// happens, like refusals.
+    pub(crate) fn cancelled_call(&self, took: Duration) {
+        ::metrics::counter!(CALLS, "function" => self.function, "outcome" => "cancelled")
+            .increment(1);
+        ::metrics::histogram!(CALL_DURATION, "function" => self.function, "outcome" => "cancelled")
+            .record(took.as_secs_f64());
+    }
+
+    pub(crate) fn cancelled_attempt(&self, took: Duration) {
+        ::metrics::counter!(ATTEMPTS, "function" => self.function, "outcome" => "cancelled")
+            .increment(1);
+        ::metrics::histogram!(ATTEMPT_DURATION, "function" => self.function, "outcome" => "cancelled")
+            .record(took.as_secs_f64());
     }
 
     pub(crate) fn attempt_refused(&self) {

@@ -160,6 +160,24 @@ pub(crate) fn call_ended(policy: &'static Policy, began: &Began, outcome: CallOu
     policy.metrics().call(outcome, began.0.elapsed());
 }
 
+/// Records a call its caller dropped before it ended (its own timeout, a
+/// `select!` that chose another branch), or that a panic unwound: counted
+/// as `cancelled`, not as an outcome of the dependency.
+#[cold]
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn call_cancelled(policy: &'static Policy, began: &Began) {
+    #[cfg(feature = "metrics")]
+    policy.metrics().cancelled_call(began.0.elapsed());
+}
+
+/// Records an attempt dropped while it ran, with its call.
+#[cold]
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn attempt_cancelled(policy: &'static Policy, began: &Began) {
+    #[cfg(feature = "metrics")]
+    policy.metrics().cancelled_attempt(began.0.elapsed());
+}
+
 /// Records an attempt's end; `end` if the engine read the clock anyway.
 #[inline]
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]

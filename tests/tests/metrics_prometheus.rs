@@ -97,6 +97,29 @@ async fn backs_off_a_minute() -> Result<u32, E> {
     Err(E::Unavailable)
 }
 
+#[resilient(retries = 1, idempotent)]
+async fn hangs_until_cut() -> Result<u32, E> {
+    std::future::pending::<()>().await;
+    Ok(1)
+}
+
+static SECOND_HANGS: AtomicU32 = AtomicU32::new(0);
+
+#[resilient(
+    retries = 1,
+    idempotent,
+    backoff = "exponential",
+    base_ms = 1,
+    cap_ms = 1
+)]
+async fn fails_then_hangs() -> Result<u32, E> {
+    if SECOND_HANGS.fetch_add(1, Ordering::SeqCst) == 0 {
+        return Err(E::Unavailable);
+    }
+    std::future::pending::<()>().await;
+    Ok(1)
+}
+
 async fn degraded(_error: E) -> Result<u32, E> {
     Ok(0)
 }
@@ -219,6 +242,15 @@ async fn a_prometheus_scrape_shows_calls_attempts_retries_and_every_part() {
     let cut = tokio::time::timeout(Duration::from_millis(20), backs_off_a_minute()).await;
     assert!(cut.is_err(), "cut during its minute of backoff");
 
+    // Calls their callers cut while an attempt runs: the first attempt (on
+    // the lean path), a later one (in the retry loop).
+    for cut in [
+        tokio::time::timeout(Duration::from_millis(20), hangs_until_cut()).await,
+        tokio::time::timeout(Duration::from_millis(50), fails_then_hangs()).await,
+    ] {
+        assert!(cut.is_err(), "the caller's timeout cut the call");
+    }
+
     // A full bulkhead refuses at once (no `max_wait`).
     let full = registry.scope(behind_full_bulkhead()).await; // creates nothing: configured
     assert!(full.is_ok());
@@ -315,6 +347,29 @@ async fn a_prometheus_scrape_shows_calls_attempts_retries_and_every_part() {
     assert_eq!(retries(&format!("{F}always_fails")), 1.0);
     assert_eq!(retries(&pay), 0.0);
     assert_eq!(attempts(&format!("{F}backs_off_a_minute"), "failure"), 1.0);
+    // A cut call is `cancelled`, with the attempt it cut; one cut in its
+    // backoff has no attempt running.
+    let cancelled = |function: &str| calls(&format!("{F}{function}"), "cancelled");
+    assert_eq!(cancelled("hangs_until_cut"), 1.0);
+    assert_eq!(cancelled("fails_then_hangs"), 1.0);
+    assert_eq!(cancelled("backs_off_a_minute"), 1.0);
+    assert_eq!(attempts(&format!("{F}hangs_until_cut"), "cancelled"), 1.0);
+    assert_eq!(attempts(&format!("{F}fails_then_hangs"), "failure"), 1.0);
+    assert_eq!(attempts(&format!("{F}fails_then_hangs"), "cancelled"), 1.0);
+    assert_eq!(retries(&format!("{F}fails_then_hangs")), 1.0);
+    assert!(
+        !s.keys().any(|(name, labels)| name == names::ATTEMPTS
+            && labels.get("function").map(String::as_str)
+                == Some(&*format!("{F}backs_off_a_minute"))
+            && labels.get("outcome").map(String::as_str) == Some("cancelled")),
+        "no attempt ran when the call was cut"
+    );
+    assert!(
+        !s.keys().any(|(name, labels)| name == names::CALLS
+            && labels.get("outcome").map(String::as_str) == Some("cancelled")
+            && labels.get("function").map(String::as_str) == Some(&*pay)),
+        "calls that ended are not cancelled"
+    );
     assert_eq!(
         retries(&format!("{F}backs_off_a_minute")),
         0.0,

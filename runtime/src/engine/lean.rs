@@ -323,6 +323,14 @@ where
         if let Some(held) = this.admission.slot() {
             *held = None;
         }
+        if let Some(start) = this.start.as_ref() {
+            telemetry::attempt_cancelled(this.policy, &start.began);
+        }
+    }
+    // The call's end for metrics: `cancelled`, as the engine's `Call`
+    // counts one dropped before its end.
+    if let Some(start) = this.start.as_ref() {
+        telemetry::call_cancelled(this.policy, &start.began);
     }
 }
 
