@@ -3,7 +3,9 @@
 //! itself: `resilient::readiness::axum::route`).
 //!
 //! A service is not ready while one of its dependencies is known to be
-//! unavailable (its breaker open or forced open) or while it drains for a
+//! unavailable (its breaker open or forced open; an open breaker only until
+//! its wait is over, when it would admit a probe, even if no call has come
+//! to make one: out of rotation, no call would) or while it drains for a
 //! [graceful shutdown](crate::GracefulShutdown): a load balancer that asks
 //! then sends its traffic elsewhere instead of into refusals.
 //!
@@ -88,6 +90,16 @@ impl Readiness {
                 State::ForcedOpen => "forced_open",
                 _ => continue,
             };
+            // An open breaker whose wait is over admits the next call as a
+            // probe: the dependency is not known to be unavailable any
+            // more. Listing it would keep the instance out of rotation,
+            // with no traffic to make that probe, for good.
+            if registry
+                .breaker(&b.name)
+                .is_some_and(|breaker| !breaker.refuses_now())
+            {
+                continue;
+            }
             unavailable.push(Unavailable {
                 kind: PartKind::Breaker,
                 name: b.name.clone(),

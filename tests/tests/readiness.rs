@@ -101,10 +101,22 @@ async fn readiness_before_during_and_after_an_outage() {
         })
     );
 
-    // After: the dependency is back; once the breaker's wait is over, a
-    // probe succeeds, the breaker closes and the service is ready again.
+    // Still not ready just before the wait is over.
+    tokio::time::advance(Duration::from_millis(9_999)).await;
+    assert!(!registry.readiness().ready);
+    // Once it is over, the breaker would admit a probe: ready again, with
+    // no call made (a load balancer sends no traffic to an instance out of
+    // rotation, so waiting for a call to move the breaker would keep it
+    // out for good). The breaker itself still says open until a call.
+    tokio::time::advance(Duration::from_millis(1)).await;
+    let after_wait = registry.readiness();
+    assert!(after_wait.ready, "{after_wait:?}");
+    assert!(after_wait.unavailable.is_empty(), "{after_wait:?}");
+    assert_eq!(registry.breaker("r-dep").unwrap().state(), State::Open);
+
+    // After: the dependency is back; a probe succeeds, the breaker closes
+    // and the service stays ready.
     up.store(true, Ordering::SeqCst);
-    tokio::time::advance(Duration::from_secs(10)).await;
     registry.scope(call_dep(&up)).await.unwrap();
     assert_eq!(registry.breaker("r-dep").unwrap().state(), State::Closed);
     assert!(registry.readiness().ready);

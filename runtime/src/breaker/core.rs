@@ -815,6 +815,18 @@ impl Core {
         end_ms.saturating_mul(NANOS_PER_MS)
     }
 
+    /// Whether a call made at `now_ns` would be refused for the state the
+    /// breaker is in: forced open, or open with its wait not over (an open
+    /// breaker whose wait is over admits the next call as a probe).
+    pub(crate) fn refuses_at(&self, now_ns: u64) -> bool {
+        let w = Word(self.state.load(Ordering::Acquire));
+        match w.phase() {
+            Phase::ForcedOpen => true,
+            Phase::Open => now_ns < self.open_end(w, now_ns),
+            Phase::Closed | Phase::MetricsOnly | Phase::Disabled | Phase::HalfOpen => false,
+        }
+    }
+
     /// Admits a call without the time, when the breaker's state decides
     /// without it (closed, metrics only, disabled): the steady path. `None`
     /// for every other state: ask [`try_acquire`](Core::try_acquire).

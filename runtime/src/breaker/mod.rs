@@ -183,6 +183,14 @@ impl Breaker {
         State::of(self.core.phase())
     }
 
+    /// Whether a call made now would be refused for the breaker's state:
+    /// forced open, or open with its wait not over. Unlike
+    /// [`state`](Self::state), an open breaker whose wait is over does not
+    /// count: it admits the next call as a probe.
+    pub(crate) fn refuses_now(&self) -> bool {
+        self.core.refuses_at(self.since_origin(Instant::now()))
+    }
+
     /// The settings the breaker was built with.
     pub fn config(&self) -> &BreakerConfig {
         &self.config
