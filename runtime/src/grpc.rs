@@ -70,7 +70,8 @@ pub fn parse_pushback(value: &str) -> Pushback {
 /// |---|---|---|
 /// | `UNAVAILABLE` (14) | transient | A6's example retry policy and `statuscodes.md`: "most likely a transient condition, which can be corrected by retrying with a backoff" |
 /// | `RESOURCE_EXHAUSTED` (8) | throttled, after the pushback if given | the server or a quota ran out of capacity: retrying sooner adds load |
-/// | every other code | permanent | A6 retries only the codes a service lists; `statuscodes.md` says `ABORTED` is retried "at a higher level", and `DEADLINE_EXCEEDED` means the caller's budget is spent |
+/// | `DEADLINE_EXCEEDED` (4) | transient | the `grpc-timeout` the request carried passed at the server; this library sends an attempt's time (`timeout_ms` under the call's deadline), so, as HTTP's 504, it is the attempt's timeout: the call's own deadline decides whether another attempt fits |
+/// | every other code | permanent | A6 retries only the codes a service lists; `statuscodes.md` says `ABORTED` is retried "at a higher level" |
 /// | any, with a negative or malformed pushback | permanent | A6: the server asks the client not to retry |
 ///
 /// A valid pushback on `UNAVAILABLE` makes it throttled for that long (A6:
@@ -95,7 +96,11 @@ pub fn classify_code(code: i32, pushback: Option<Pushback>) -> Option<Classifica
     }
     Some(match (code, pushback) {
         (_, Some(Pushback::DoNotRetry)) => Classification::Permanent,
-        (code::UNAVAILABLE, None) => Classification::Transient,
+        // The deadline the request carried (an attempt's, or the whole
+        // call's) passed at the server: as HTTP's 504, an attempt that
+        // timed out; the caller's own deadline decides whether another
+        // one fits.
+        (code::UNAVAILABLE | code::DEADLINE_EXCEEDED, None) => Classification::Transient,
         (code::UNAVAILABLE | code::RESOURCE_EXHAUSTED, Some(Pushback::RetryAfter(d))) => {
             Classification::Throttled {
                 retry_after: Some(d),

@@ -42,6 +42,16 @@ impl Classify for Status {
             v.to_str()
                 .map_or(crate::grpc::Pushback::DoNotRetry, parse_pushback)
         });
+        // tonic's own client-side timeout (the `grpc-timeout` that
+        // `propagate_deadline` sets) ends the request as `CANCELLED`
+        // "Timeout expired", at the instant the attempt's own timer fires:
+        // the attempt timed out, as its deadline says.
+        if self.code() == Code::Cancelled
+            && pushback.is_none()
+            && self.message() == ::tonic::TimeoutExpired(()).to_string()
+        {
+            return Classification::Transient;
+        }
         classify_code(self.code() as i32, pushback).unwrap_or(Classification::Permanent)
     }
 
@@ -74,9 +84,14 @@ impl From<crate::Error> for Status {
         };
         let mut status = Status::new(code, e.to_string());
         // A refusal is this layer's decision: no caller should retry it.
-        // Except a draining instance's, as over HTTP: the caller retries
-        // on another instance, which its load balancer picks.
-        if e.kind() != ErrorKind::ShuttingDown {
+        // Except, as over HTTP, a draining instance's (the caller retries
+        // on another instance, which its load balancer picks) and a
+        // deadline's or timeout's (the caller knows whether it has time
+        // for another attempt).
+        if !matches!(
+            e.kind(),
+            ErrorKind::ShuttingDown | ErrorKind::DeadlineExceeded | ErrorKind::AttemptTimedOut
+        ) {
             status
                 .metadata_mut()
                 .insert(RETRY_PUSHBACK_MS, MetadataValue::from_static("-1"));

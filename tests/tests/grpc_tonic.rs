@@ -106,8 +106,10 @@ async fn an_unreachable_server_is_unavailable_retried_and_certainly_not_done() {
     assert!(!report.may_have_taken_effect());
 }
 
+/// Without pushback: the caller's own deadline decides whether another
+/// attempt fits (the budget it sent may have been one attempt's).
 #[tokio::test]
-async fn a_passed_deadline_is_answered_deadline_exceeded_with_do_not_retry() {
+async fn a_passed_deadline_is_answered_deadline_exceeded_which_the_caller_may_retry() {
     let (addr, seen) = serve().await;
     let mut request = tonic::Request::new(HealthCheckRequest {
         service: "payments".into(),
@@ -117,11 +119,8 @@ async fn a_passed_deadline_is_answered_deadline_exceeded_with_do_not_retry() {
         .insert("request-budget-ms", "0".parse().unwrap());
     let status = client(addr).check(request).await.unwrap_err();
     assert_eq!(status.code(), Code::DeadlineExceeded);
-    assert_eq!(
-        status.metadata().get("grpc-retry-pushback-ms").unwrap(),
-        "-1"
-    );
-    assert_eq!(status.classify(), Classification::Permanent);
+    assert!(status.metadata().get("grpc-retry-pushback-ms").is_none());
+    assert_eq!(status.classify(), Classification::Transient);
     assert!(seen.lock().unwrap().is_empty(), "the handler did not run");
 }
 
@@ -136,7 +135,30 @@ fn refusals_become_statuses_no_one_retries() {
         .unwrap_err();
     let status = Status::from(refusal);
     assert_eq!(status.code(), Code::DeadlineExceeded);
-    assert_eq!(status.classify(), Classification::Permanent);
+    // A deadline says the time the caller gave is spent: its own deadline
+    // decides whether another attempt fits.
+    assert!(status.metadata().get("grpc-retry-pushback-ms").is_none());
+    assert_eq!(status.classify(), Classification::Transient);
+
+    // Any other refusal is this service's decision: no one retries it.
+    let breaker = resilient::Breaker::new(
+        "payments",
+        resilient::BreakerConfig::default().initial_state(resilient::State::ForcedOpen),
+    )
+    .unwrap();
+    let open = Status::from(breaker.try_acquire().unwrap_err());
+    assert_eq!(open.code(), Code::Unavailable);
+    assert_eq!(open.metadata().get("grpc-retry-pushback-ms").unwrap(), "-1");
+    assert_eq!(open.classify(), Classification::Permanent);
+
+    // tonic's own client-side timeout, from the `grpc-timeout` that
+    // `propagate_deadline` sets, ends the attempt as it times out.
+    let expired = Status::cancelled(tonic::TimeoutExpired(()).to_string());
+    assert_eq!(expired.classify(), Classification::Transient);
+    assert_eq!(
+        Status::cancelled("the client went away").classify(),
+        Classification::Permanent
+    );
 
     let pushed = Status::with_metadata(Code::ResourceExhausted, "slow down", {
         let mut m = tonic::metadata::MetadataMap::new();

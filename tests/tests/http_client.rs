@@ -248,6 +248,21 @@ async fn a_refusal_converts_and_is_never_retried() {
     assert!(err.refusal().is_some());
     let response = err.to_response();
     assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
+    // Answered to this service's caller without "do not retry": the
+    // caller knows whether it has time for another attempt.
+    assert!(!resilient::http::is_do_not_retry(response.headers()));
+
+    // Any other refusal is this service's decision: its caller must not
+    // retry it.
+    let breaker = resilient::Breaker::new(
+        "payments",
+        resilient::BreakerConfig::default().initial_state(resilient::State::ForcedOpen),
+    )
+    .unwrap();
+    let open = Error::from(breaker.try_acquire().unwrap_err());
+    assert_eq!(open.classify(), Classification::Permanent);
+    let response = open.to_response();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert!(resilient::http::is_do_not_retry(response.headers()));
 }
 

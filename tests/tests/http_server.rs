@@ -87,7 +87,9 @@ async fn a_passed_deadline_is_answered_at_once_without_running_the_handler() {
         response.headers()["content-type"],
         "application/problem+json"
     );
-    assert_eq!(response.headers()["do-not-retry"], "?1");
+    // Not "do not retry": the caller knows whether it has time for another
+    // attempt (the budget it sent may have been one attempt's).
+    assert!(response.headers().get("do-not-retry").is_none());
     let body = response.text().await.unwrap();
     assert!(body.contains("\"kind\":\"deadline_exceeded\""), "{body}");
     assert!(body.contains("\"status\":504"), "{body}");
@@ -117,6 +119,59 @@ async fn a_handler_still_running_at_the_deadline_is_cut() {
         .unwrap();
     assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
     assert!(start.elapsed() < Duration::from_secs(5));
+}
+
+static HUNG: AtomicU32 = AtomicU32::new(0);
+
+/// Never answers: a hung instance.
+async fn hangs() -> &'static str {
+    HUNG.fetch_add(1, Ordering::SeqCst);
+    std::future::pending::<()>().await;
+    "never"
+}
+
+#[resilient::resilient(
+    retries = 3,
+    idempotent,
+    deadline_ms = 2000,
+    timeout_ms = 100,
+    base_ms = 1,
+    cap_ms = 1
+)]
+async fn fetch_from_a_hung_instance(
+    client: &reqwest::Client,
+    url: &str,
+) -> Result<String, resilient::http::Error> {
+    use resilient::reqwest::RequestBuilderExt;
+    Ok(client.get(url).send_checked().await?.text().await?)
+}
+
+/// `timeout_ms` under a longer deadline is there to get past a hung
+/// instance: each attempt sends its own time, the layer cuts the handler
+/// when it is spent, and its 504 was marked "do not retry", so the caller
+/// never made its second attempt (found by the sixth outside-in review).
+#[tokio::test]
+async fn attempts_cut_by_the_layer_at_the_attempts_deadline_are_retried() {
+    let addr = serve(
+        Router::new()
+            .route("/", get(hangs))
+            .layer(ResilienceLayer::new()),
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let start = Instant::now();
+    let (result, report) = resilient::observe(fetch_from_a_hung_instance(
+        &client,
+        &format!("http://{addr}/"),
+    ))
+    .await;
+    let error = result.unwrap_err();
+    assert_eq!(HUNG.load(Ordering::SeqCst), 4, "{error}: {report:?}");
+    assert_eq!(report.attempts().len(), 4, "{report:?}");
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "within the deadline"
+    );
 }
 
 #[tokio::test]

@@ -52,7 +52,10 @@ fn kind_name(kind: ErrorKind) -> &'static str {
 /// open breaker says when it admits a probe, `Do-Not-Retry: ?1` (the
 /// refusal is this service's decision, and a client retrying it would
 /// only add load: see the [module docs](crate::http); not for a draining
-/// instance, whose peers can take the request), and a problem+json
+/// instance, whose peers can take the request, nor for a deadline or
+/// timeout, which says only that the time the client gave is spent: the
+/// client knows whether it has more, having sent one attempt's time, or
+/// not, and then its own deadline ends its retries), and a problem+json
 /// body:
 ///
 /// ```json
@@ -79,9 +82,13 @@ pub fn refusal_response(e: &crate::Error) -> Response<String> {
     // Marks the answer as the library's refusal: nothing ran, so an
     // idempotency store must not keep it (`tower::IdempotencyLayer`).
     response.extensions_mut().insert(RefusalAnswer);
-    // A draining instance is the one refusal a caller should retry: on
-    // another instance, which a load balancer picks.
-    if e.kind() != ErrorKind::ShuttingDown {
+    // A draining instance's refusal a caller may retry, on another
+    // instance, which a load balancer picks; and a deadline's, if the
+    // caller has time left (see above).
+    if !matches!(
+        e.kind(),
+        ErrorKind::ShuttingDown | ErrorKind::DeadlineExceeded | ErrorKind::AttemptTimedOut
+    ) {
         super::set_do_not_retry(response.headers_mut());
     }
     response

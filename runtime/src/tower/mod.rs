@@ -22,14 +22,19 @@
 //!    already passed (`Request-Budget-Ms: 0`), and cuts the handler when it
 //!    passes while it runs: the caller has stopped waiting, so the work is
 //!    wasted, exactly as when the caller disconnects. The answer is 504 with
-//!    a problem+json body for HTTP, and `DEADLINE_EXCEEDED` for gRPC;
+//!    a problem+json body for HTTP, and `DEADLINE_EXCEEDED` for gRPC, which
+//!    a caller with time left may retry: the deadline it sent may have been
+//!    one attempt's (`timeout_ms` under a longer `deadline_ms`, to get past
+//!    a hung instance), and one whose whole deadline is spent stops by its
+//!    own. Unless this service already retried (below);
 //! 3. when an annotated call inside the handler gave up (its retries, retry
 //!    budget or deadline spent, or refused by an open breaker, a full
-//!    bulkhead, load shedding; see [`Report::gave_up`](crate::Report::gave_up)),
-//!    marks a failure response `Do-Not-Retry: ?1` (HTTP) or
-//!    `grpc-retry-pushback-ms: -1` (gRPC, proposal A6), so the caller's
-//!    client does not retry what this service already retried: one
-//!    retrying layer across services, not one per hop.
+//!    bulkhead, load shedding; see [`Report::gave_up`](crate::Report::gave_up))
+//!    or made a retry, marks a failure response `Do-Not-Retry: ?1` (HTTP)
+//!    or `grpc-retry-pushback-ms: -1` (gRPC, proposal A6), also when the
+//!    deadline cut the handler, so the caller's client does not retry what
+//!    this service already retried: one retrying layer across services,
+//!    not one per hop.
 //!
 //! The library's refusals returned by a handler become responses by
 //! [`refusal_response`](crate::http::refusal_response) (axum: `IntoResponse`,
@@ -155,7 +160,7 @@ where
         let grpc = is_grpc(&request);
         let budget = deadline_budget(request.headers());
         if budget == Some(Duration::ZERO) {
-            return Box::pin(std::future::ready(Ok(deadline_passed(grpc, false))));
+            return Box::pin(std::future::ready(Ok(deadline_passed(grpc, false, false))));
         }
         let budget = budget.map(|b| b - (b / 10).min(self.max_reply_reserve));
         let handler = self.inner.call(request);
@@ -174,19 +179,32 @@ where
                     ran_ref.store(true, Ordering::Relaxed);
                     handler.as_mut().poll(cx)
                 });
-                let observed = crate::observe(handler);
-                match budget {
-                    Some(budget) => crate::with_deadline(budget, observed).await.ok(),
-                    None => Some(observed.await),
-                }
+                // Observed around the deadline, so that what nested calls
+                // did is known also when the deadline cuts the handler.
+                crate::observe(async move {
+                    match budget {
+                        Some(budget) => crate::with_deadline(budget, handler).await.ok(),
+                        None => Some(handler.await),
+                    }
+                })
+                .await
             });
             let (result, report) = match work.await {
-                Ok(Some(done)) => done,
-                Ok(None) => return Ok(deadline_passed(grpc, ran.load(Ordering::Relaxed))),
+                Ok((Some(result), report)) => (result, report),
+                Ok((None, report)) => {
+                    // Cut at the deadline: a caller with time left may try
+                    // again, unless this service already retried (or a call
+                    // in it gave up), which a retry would multiply.
+                    let ran = ran.load(Ordering::Relaxed);
+                    let retried_here = report.gave_up() || report.retries() > 0;
+                    return Ok(deadline_passed(grpc, ran, retried_here));
+                }
                 Err(refusal) => return Ok(shutting_down(grpc, &refusal)),
             };
             let mut response = result?;
-            if report.gave_up() {
+            // This service already retried (or a call in it gave up): a
+            // caller retrying its failure would multiply the attempts.
+            if report.gave_up() || report.retries() > 0 {
                 mark_do_not_retry(&mut response, grpc);
             }
             Ok(response.map(Either::Left))
@@ -238,7 +256,12 @@ fn mark_do_not_retry<B>(response: &mut Response<B>, grpc: bool) {
 /// work: its answer is not marked as the library's refusal, so an
 /// [`IdempotencyLayer`] around this layer keeps it rather than letting a
 /// retry run the handler again.
-fn deadline_passed<B>(grpc: bool, ran: bool) -> Response<ResponseBody<B>> {
+///
+/// Not marked "do not retry" (unless `retried_here`): the deadline the
+/// caller sent may be one attempt's (`timeout_ms` under a longer
+/// deadline), and a caller with time left retries a hung instance; one
+/// whose whole deadline is spent does not, by its own deadline.
+fn deadline_passed<B>(grpc: bool, ran: bool, retried_here: bool) -> Response<ResponseBody<B>> {
     if grpc {
         // A trailers-only response: HTTP 200 with the status in headers
         // (gRPC over HTTP/2 specification). Code 4 is DEADLINE_EXCEEDED.
@@ -250,7 +273,9 @@ fn deadline_passed<B>(grpc: bool, ran: bool) -> Response<ResponseBody<B>> {
             "grpc-message",
             HeaderValue::from_static("deadline%20exceeded"),
         );
-        headers.insert(GRPC_RETRY_PUSHBACK_MS, HeaderValue::from_static("-1"));
+        if retried_here {
+            headers.insert(GRPC_RETRY_PUSHBACK_MS, HeaderValue::from_static("-1"));
+        }
         if !ran {
             response.extensions_mut().insert(crate::http::RefusalAnswer);
         }
@@ -262,6 +287,9 @@ fn deadline_passed<B>(grpc: bool, ran: bool) -> Response<ResponseBody<B>> {
         refusal
             .extensions_mut()
             .remove::<crate::http::RefusalAnswer>();
+    }
+    if retried_here {
+        crate::http::set_do_not_retry(refusal.headers_mut());
     }
     refusal.map(|body| Either::Right(Full::new(Bytes::from(body))))
 }
