@@ -138,6 +138,22 @@ impl Error {
     pub fn is_deadline_exceeded(&self) -> bool {
         self.kind == ErrorKind::DeadlineExceeded
     }
+
+    /// Whether this service's caller may retry this refusal when it is
+    /// answered over the wire (HTTP: no `Do-Not-Retry`; gRPC: no pushback
+    /// -1). Every refusal is this service's decision, which a retry would
+    /// only add load to, except two: a draining instance's (the caller
+    /// retries on another instance, which its load balancer picks), and a
+    /// deadline's or timeout's, which say only that the time the caller
+    /// gave is spent (it knows whether it has more: it may have sent one
+    /// attempt's time; if not, its own deadline ends its retries).
+    #[cfg(any(feature = "http", feature = "tonic"))]
+    pub(crate) fn callers_may_retry(&self) -> bool {
+        matches!(
+            self.kind,
+            ErrorKind::ShuttingDown | ErrorKind::DeadlineExceeded | ErrorKind::AttemptTimedOut
+        )
+    }
 }
 
 impl fmt::Debug for Error {

@@ -1072,19 +1072,20 @@ mod file {
             for (kind, value) in table {
                 let kind_name = kind.get_ref().as_ref();
                 let path = format!("defaults.{}", key_path(kind_name));
+                let at = ("(default)", kind.span().start);
                 match kind_name {
                     "breaker" => {
-                        if let Some(c) = part::<BreakerConfig>(src, "defaults", &path, ("(default)", kind.span().start), value, problems) {
+                        if let Some(c) = part::<BreakerConfig>(src, "defaults", &path, at, value, problems) {
                             self.file.default_breaker = Some(c);
                         }
                     }
                     "budget" => {
-                        if let Some(c) = part::<BudgetConfig>(src, "defaults", &path, ("(default)", kind.span().start), value, problems) {
+                        if let Some(c) = part::<BudgetConfig>(src, "defaults", &path, at, value, problems) {
                             self.file.default_budget = Some(c);
                         }
                     }
                     "bulkhead" => {
-                        if let Some(c) = part::<BulkheadConfig>(src, "defaults", &path, ("(default)", kind.span().start), value, problems) {
+                        if let Some(c) = part::<BulkheadConfig>(src, "defaults", &path, at, value, problems) {
                             self.file.default_bulkhead = Some(c);
                         }
                     }
@@ -1126,53 +1127,33 @@ mod file {
                     continue;
                 }
                 let name_owned = name_str.to_owned();
-                let name_at = name.span().start;
+                let at = (name_str, name.span().start);
                 match section {
                     "breakers" => {
-                        if let Some(c) = part::<BreakerConfig>(
-                            src,
-                            section,
-                            &path,
-                            (name_str, name_at),
-                            value,
-                            problems,
-                        ) {
+                        if let Some(c) =
+                            part::<BreakerConfig>(src, section, &path, at, value, problems)
+                        {
                             self.file.breakers.insert(name_owned, c);
                         }
                     }
                     "budgets" => {
-                        if let Some(c) = part::<BudgetConfig>(
-                            src,
-                            section,
-                            &path,
-                            (name_str, name_at),
-                            value,
-                            problems,
-                        ) {
+                        if let Some(c) =
+                            part::<BudgetConfig>(src, section, &path, at, value, problems)
+                        {
                             self.file.budgets.insert(name_owned, c);
                         }
                     }
                     "bulkheads" => {
-                        if let Some(c) = part::<BulkheadConfig>(
-                            src,
-                            section,
-                            &path,
-                            (name_str, name_at),
-                            value,
-                            problems,
-                        ) {
+                        if let Some(c) =
+                            part::<BulkheadConfig>(src, section, &path, at, value, problems)
+                        {
                             self.file.bulkheads.insert(name_owned, c);
                         }
                     }
                     _ => {
-                        if let Some(c) = part::<ThrottleConfig>(
-                            src,
-                            section,
-                            &path,
-                            (name_str, name_at),
-                            value,
-                            problems,
-                        ) {
+                        if let Some(c) =
+                            part::<ThrottleConfig>(src, section, &path, at, value, problems)
+                        {
                             self.file.throttles.insert(name_owned, c);
                         }
                     }

@@ -83,15 +83,8 @@ impl From<crate::Error> for Status {
             ErrorKind::UnknownName => Code::Internal,
         };
         let mut status = Status::new(code, e.to_string());
-        // A refusal is this layer's decision: no caller should retry it.
-        // Except, as over HTTP, a draining instance's (the caller retries
-        // on another instance, which its load balancer picks) and a
-        // deadline's or timeout's (the caller knows whether it has time
-        // for another attempt).
-        if !matches!(
-            e.kind(),
-            ErrorKind::ShuttingDown | ErrorKind::DeadlineExceeded | ErrorKind::AttemptTimedOut
-        ) {
+        // As over HTTP (`Error::callers_may_retry`).
+        if !e.callers_may_retry() {
             status
                 .metadata_mut()
                 .insert(RETRY_PUSHBACK_MS, MetadataValue::from_static("-1"));

@@ -645,7 +645,6 @@ impl RetryBudget {
     }
 }
 
-/// Retries a ratio budget allows for `requests` requests in its window.
 /// A ratio as the budget counts it: retries per million requests.
 fn ratio_ppm(ratio: f64) -> u64 {
     (ratio * PPM as f64).round() as u64
@@ -659,6 +658,7 @@ fn reserve(min_retries_per_second: u32, window: Duration) -> u64 {
         / 1000
 }
 
+/// Retries a ratio budget allows for `requests` requests in its window.
 fn allowance(requests: u64, ratio_ppm: u64, reserve: u64) -> u64 {
     let earned = u128::from(requests) * u128::from(ratio_ppm) / u128::from(PPM);
     u64::try_from(earned)

@@ -82,13 +82,7 @@ pub fn refusal_response(e: &crate::Error) -> Response<String> {
     // Marks the answer as the library's refusal: nothing ran, so an
     // idempotency store must not keep it (`tower::IdempotencyLayer`).
     response.extensions_mut().insert(RefusalAnswer);
-    // A draining instance's refusal a caller may retry, on another
-    // instance, which a load balancer picks; and a deadline's, if the
-    // caller has time left (see above).
-    if !matches!(
-        e.kind(),
-        ErrorKind::ShuttingDown | ErrorKind::DeadlineExceeded | ErrorKind::AttemptTimedOut
-    ) {
+    if !e.callers_may_retry() {
         super::set_do_not_retry(response.headers_mut());
     }
     response

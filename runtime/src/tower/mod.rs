@@ -160,7 +160,7 @@ where
         let grpc = is_grpc(&request);
         let budget = deadline_budget(request.headers());
         if budget == Some(Duration::ZERO) {
-            return Box::pin(std::future::ready(Ok(deadline_passed(grpc, false, false))));
+            return Box::pin(std::future::ready(Ok(deadline_passed(grpc, false))));
         }
         let budget = budget.map(|b| b - (b / 10).min(self.max_reply_reserve));
         let handler = self.inner.call(request);
@@ -193,18 +193,17 @@ where
                 Ok((Some(result), report)) => (result, report),
                 Ok((None, report)) => {
                     // Cut at the deadline: a caller with time left may try
-                    // again, unless this service already retried (or a call
-                    // in it gave up), which a retry would multiply.
-                    let ran = ran.load(Ordering::Relaxed);
-                    let retried_here = report.gave_up() || report.retries() > 0;
-                    return Ok(deadline_passed(grpc, ran, retried_here));
+                    // again, unless this service already retried.
+                    let mut response = deadline_passed(grpc, ran.load(Ordering::Relaxed));
+                    if already_retried(&report) {
+                        mark_do_not_retry(&mut response, grpc);
+                    }
+                    return Ok(response);
                 }
                 Err(refusal) => return Ok(shutting_down(grpc, &refusal)),
             };
             let mut response = result?;
-            // This service already retried (or a call in it gave up): a
-            // caller retrying its failure would multiply the attempts.
-            if report.gave_up() || report.retries() > 0 {
+            if already_retried(&report) {
                 mark_do_not_retry(&mut response, grpc);
             }
             Ok(response.map(Either::Left))
@@ -235,6 +234,12 @@ fn is_grpc<B>(request: &Request<B>) -> bool {
         .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
 }
 
+/// This service already retried (or a call in it gave up): a caller
+/// retrying its failure would multiply the attempts.
+fn already_retried(report: &crate::Report) -> bool {
+    report.gave_up() || report.retries() > 0
+}
+
 fn mark_do_not_retry<B>(response: &mut Response<B>, grpc: bool) {
     if grpc {
         // gRPC carries its status in trailers, which a layer cannot see
@@ -257,11 +262,12 @@ fn mark_do_not_retry<B>(response: &mut Response<B>, grpc: bool) {
 /// [`IdempotencyLayer`] around this layer keeps it rather than letting a
 /// retry run the handler again.
 ///
-/// Not marked "do not retry" (unless `retried_here`): the deadline the
-/// caller sent may be one attempt's (`timeout_ms` under a longer
-/// deadline), and a caller with time left retries a hung instance; one
-/// whose whole deadline is spent does not, by its own deadline.
-fn deadline_passed<B>(grpc: bool, ran: bool, retried_here: bool) -> Response<ResponseBody<B>> {
+/// Not marked "do not retry" by itself (see
+/// [`Error::callers_may_retry`](crate::Error)): the deadline the caller
+/// sent may be one attempt's (`timeout_ms` under a longer deadline), and a
+/// caller with time left retries a hung instance; one whose whole deadline
+/// is spent does not, by its own deadline.
+fn deadline_passed<B>(grpc: bool, ran: bool) -> Response<ResponseBody<B>> {
     if grpc {
         // A trailers-only response: HTTP 200 with the status in headers
         // (gRPC over HTTP/2 specification). Code 4 is DEADLINE_EXCEEDED.
@@ -273,9 +279,6 @@ fn deadline_passed<B>(grpc: bool, ran: bool, retried_here: bool) -> Response<Res
             "grpc-message",
             HeaderValue::from_static("deadline%20exceeded"),
         );
-        if retried_here {
-            headers.insert(GRPC_RETRY_PUSHBACK_MS, HeaderValue::from_static("-1"));
-        }
         if !ran {
             response.extensions_mut().insert(crate::http::RefusalAnswer);
         }
@@ -287,9 +290,6 @@ fn deadline_passed<B>(grpc: bool, ran: bool, retried_here: bool) -> Response<Res
         refusal
             .extensions_mut()
             .remove::<crate::http::RefusalAnswer>();
-    }
-    if retried_here {
-        crate::http::set_do_not_retry(refusal.headers_mut());
     }
     refusal.map(|body| Either::Right(Full::new(Bytes::from(body))))
 }
