@@ -445,25 +445,34 @@ fn duplicate_keys_are_refused_by_the_serde_path() {
 }
 
 #[test]
-fn an_open_wait_longer_than_a_day_is_refused_not_clamped() {
+fn an_open_wait_or_a_slow_call_threshold_longer_than_a_day_is_refused_not_clamped() {
     let day_ms = 24 * 60 * 60 * 1000u64;
-    let msg = refused_file(
-        &format!("wait_duration_in_open_state_ms = {}", day_ms + 1),
+    for key in [
         "wait_duration_in_open_state_ms",
-        &(day_ms + 1).to_string(),
-    );
-    assert!(msg.contains("at most 86400000 ms"), "{msg}");
+        "slow_call_duration_threshold_ms",
+    ] {
+        let msg = refused_file(
+            &format!("{key} = {}", day_ms + 1),
+            key,
+            &(day_ms + 1).to_string(),
+        );
+        assert!(msg.contains("at most 86400000 ms"), "{msg}");
+        // A day exactly is accepted.
+        BreakerConfig::from_toml("payments", &format!("{key} = {day_ms}"))
+            .expect("one day is accepted");
+    }
     refused_builder(
         BreakerConfig::default().wait_duration_in_open_state(Duration::MAX),
         "wait_duration_in_open_state_ms",
         &format!("{}.999999", Duration::MAX.as_millis()),
     );
-    // A day exactly is accepted.
-    BreakerConfig::from_toml(
-        "payments",
-        &format!("wait_duration_in_open_state_ms = {day_ms}"),
-    )
-    .expect("one day is accepted");
+    // Before, a threshold too far to add to the clock meant no call was
+    // ever slow, silently.
+    refused_builder(
+        BreakerConfig::default().slow_call_duration_threshold(Duration::MAX),
+        "slow_call_duration_threshold_ms",
+        &format!("{}.999999", Duration::MAX.as_millis()),
+    );
 }
 
 #[test]

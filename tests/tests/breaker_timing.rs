@@ -133,8 +133,9 @@ async fn on_a_paused_clock_real_time_before_the_first_wait_does_not_count() {
         .await;
 }
 
-/// A threshold of `Duration::MAX`: no call is ever slow (and adding the
-/// coarse clock's tick to it must not overflow).
+/// The largest threshold accepted (one day): no call here is slow, and
+/// adding the coarse clock's tick to it does not overflow. (Past it, the
+/// breaker is refused: `breaker_config.rs`.)
 #[resilient(breaker = "never")]
 async fn never_slow() -> Result<(), E> {
     Ok(())
@@ -148,7 +149,7 @@ async fn the_largest_threshold_counts_no_call_slow() {
             BreakerConfig::default()
                 .sliding_window(SlidingWindow::CountBased { size: 4 })
                 .minimum_number_of_calls(4)
-                .slow_call_duration_threshold(Duration::MAX),
+                .slow_call_duration_threshold(BreakerConfig::MAX_SLOW_CALL_DURATION_THRESHOLD),
         )
         .build()
         .unwrap();

@@ -131,6 +131,14 @@ impl BreakerConfig {
     /// upper end of Polly v8's `BreakDuration` range (same page as above).
     pub const MAX_WAIT_IN_OPEN_STATE: Duration = Duration::from_secs(24 * 60 * 60);
 
+    /// The longest `slow_call_duration_threshold` accepted: one day, as for
+    /// the library's other durations (`deadline_ms`, `timeout_ms`). A call
+    /// that must run longer than a day to count as slow never does in
+    /// practice: a threshold past it is a unit slip (seconds written as
+    /// milliseconds), or an attempt to turn the check off, which a
+    /// `slow_call_rate_threshold` of 100 already says more plainly.
+    pub const MAX_SLOW_CALL_DURATION_THRESHOLD: Duration = Duration::from_secs(24 * 60 * 60);
+
     /// Opens the breaker when at least this percentage of the calls in the
     /// window failed. Accepted: greater than 0, at most 100. Default 50.
     pub fn failure_rate_threshold(mut self, pct: f64) -> Self {
@@ -146,7 +154,9 @@ impl BreakerConfig {
     }
 
     /// A call that takes longer than this is slow, whether it succeeded or
-    /// failed. Must not be zero. Default 60 s.
+    /// failed. Accepted: greater than zero, at most one day
+    /// ([`MAX_SLOW_CALL_DURATION_THRESHOLD`](Self::MAX_SLOW_CALL_DURATION_THRESHOLD)).
+    /// Default 60 s.
     pub fn slow_call_duration_threshold(mut self, threshold: Duration) -> Self {
         self.slow_call_duration_threshold = threshold;
         self
@@ -254,22 +264,25 @@ impl BreakerConfig {
                 refuse(key, &0, "must be greater than 0 ms");
             }
         }
+        let slow = self.slow_call_duration_threshold;
+        if slow > BreakerConfig::MAX_SLOW_CALL_DURATION_THRESHOLD {
+            refuse(
+                "slow_call_duration_threshold_ms",
+                &shown_millis(slow),
+                &format!(
+                    "must be at most {} ms (one day)",
+                    BreakerConfig::MAX_SLOW_CALL_DURATION_THRESHOLD.as_millis()
+                ),
+            );
+        }
         // An open wait longer than a day is a unit slip (seconds written as
         // milliseconds times a thousand), not a plan: no dependency is
         // given up on for days by a breaker nobody can see waiting.
         let wait = self.wait_duration_in_open_state;
         if wait > BreakerConfig::MAX_WAIT_IN_OPEN_STATE {
-            // Shown exactly: a whole day and a nanosecond is not "86400000".
-            let shown = match wait.subsec_nanos() % 1_000_000 {
-                0 => wait.as_millis().to_string(),
-                nanos => {
-                    let fraction = format!("{nanos:06}");
-                    format!("{}.{}", wait.as_millis(), fraction.trim_end_matches('0'))
-                }
-            };
             refuse(
                 "wait_duration_in_open_state_ms",
-                &shown,
+                &shown_millis(wait),
                 &format!(
                     "must be at most {} ms (one day)",
                     BreakerConfig::MAX_WAIT_IN_OPEN_STATE.as_millis()
@@ -476,5 +489,17 @@ impl setting::Settings for BreakerConfig {
 impl<'de> serde::Deserialize<'de> for BreakerConfig {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         setting::deserialize(deserializer)
+    }
+}
+
+/// A duration in milliseconds, shown exactly: a whole day and a nanosecond
+/// is not "86400000".
+fn shown_millis(d: Duration) -> String {
+    match d.subsec_nanos() % 1_000_000 {
+        0 => d.as_millis().to_string(),
+        nanos => {
+            let fraction = format!("{nanos:06}");
+            format!("{}.{}", d.as_millis(), fraction.trim_end_matches('0'))
+        }
     }
 }
