@@ -24,12 +24,60 @@ pub enum Classification {
     /// found, a business rule, or a refusal by `resilient` itself. Returned
     /// at once; a circuit breaker counts it as neither failure nor success.
     Permanent,
+    /// The dependency failed and said not to try again: a 5xx (or a 429)
+    /// with `Do-Not-Retry: ?1`, a retryable gRPC code with
+    /// `grpc-retry-pushback-ms: -1`. Such a dependency has already retried
+    /// on the caller's behalf, or cannot serve anyone now (its own
+    /// dependency is down, its breaker open). Returned at once, as a
+    /// permanent failure is, but counted as a failure by a circuit breaker
+    /// and an adaptive throttle, as a transient one is: a service that
+    /// fronts a dead dependency is down for its callers too.
+    /// `retry_after` is the server's `Retry-After`, which a breaker that
+    /// opens on it honours as it does a throttled failure's.
+    DoNotRetry {
+        /// How long the server said it would not serve, if it said.
+        retry_after: Option<Duration>,
+    },
 }
 
 impl Classification {
     /// `true` when another attempt may succeed (transient or throttled).
     pub fn is_retryable(self) -> bool {
+        matches!(
+            self,
+            Classification::Transient | Classification::Throttled { .. }
+        )
+    }
+
+    /// `true` when the failure says the dependency is failing (transient,
+    /// throttled, or do-not-retry), which a circuit breaker counts; `false`
+    /// for a permanent failure, the caller's own mistake.
+    pub fn is_dependency_failure(self) -> bool {
         !matches!(self, Classification::Permanent)
+    }
+
+    /// What the failure is when its answer also said not to retry
+    /// (`Do-Not-Retry`, gRPC pushback -1): a failure that would have been
+    /// retried becomes [`DoNotRetry`](Self::DoNotRetry), keeping the
+    /// server's `Retry-After`; a permanent one stays permanent.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use resilient::Classification;
+    ///
+    /// let wait = Some(Duration::from_secs(30));
+    /// assert_eq!(
+    ///     Classification::Throttled { retry_after: wait }.not_to_retry(),
+    ///     Classification::DoNotRetry { retry_after: wait },
+    /// );
+    /// assert_eq!(Classification::Permanent.not_to_retry(), Classification::Permanent);
+    /// ```
+    pub fn not_to_retry(self) -> Classification {
+        match self {
+            Classification::Transient => Classification::DoNotRetry { retry_after: None },
+            Classification::Throttled { retry_after } => Classification::DoNotRetry { retry_after },
+            other => other,
+        }
     }
 }
 

@@ -72,7 +72,8 @@ pub fn parse_pushback(value: &str) -> Pushback {
 /// | `RESOURCE_EXHAUSTED` (8) | throttled, after the pushback if given | the server or a quota ran out of capacity: retrying sooner adds load |
 /// | `DEADLINE_EXCEEDED` (4) | transient | the `grpc-timeout` the request carried passed at the server; this library sends an attempt's time (`timeout_ms` under the call's deadline), so, as HTTP's 504, it is the attempt's timeout: the call's own deadline decides whether another attempt fits |
 /// | every other code | permanent | A6 retries only the codes a service lists; `statuscodes.md` says `ABORTED` is retried "at a higher level" |
-/// | any, with a negative or malformed pushback | permanent | A6: the server asks the client not to retry |
+/// | a retryable code above, with a negative or malformed pushback | do-not-retry (a failure for a breaker, not retried) | A6: the server asks the client not to retry |
+/// | any other, with such a pushback | permanent | the request is at fault either way |
 ///
 /// A valid pushback on `UNAVAILABLE` makes it throttled for that long (A6:
 /// "the client will retry after the delay specified by the server").
@@ -88,14 +89,24 @@ pub fn parse_pushback(value: &str) -> Pushback {
 ///     classify_code(code::RESOURCE_EXHAUSTED, Some(Pushback::RetryAfter(Duration::from_millis(40)))),
 ///     Some(Classification::Throttled { retry_after: Some(Duration::from_millis(40)) }),
 /// );
-/// assert_eq!(classify_code(code::UNAVAILABLE, Some(Pushback::DoNotRetry)), Some(Classification::Permanent));
+/// assert_eq!(
+///     classify_code(code::UNAVAILABLE, Some(Pushback::DoNotRetry)),
+///     Some(Classification::DoNotRetry { retry_after: None }),
+/// );
+/// // 3 is `INVALID_ARGUMENT`: the request is at fault either way.
+/// assert_eq!(classify_code(3, Some(Pushback::DoNotRetry)), Some(Classification::Permanent));
 /// ```
 pub fn classify_code(code: i32, pushback: Option<Pushback>) -> Option<Classification> {
     if code == code::OK {
         return None;
     }
+    // The server said not to retry (it already retried, or cannot serve
+    // now): a failure of the dependency still counts as one for its
+    // breaker, but is not retried; the request's own fault stays permanent.
+    if pushback == Some(Pushback::DoNotRetry) {
+        return classify_code(code, None).map(Classification::not_to_retry);
+    }
     Some(match (code, pushback) {
-        (_, Some(Pushback::DoNotRetry)) => Classification::Permanent,
         // The deadline the request carried (an attempt's, or the whole
         // call's) passed at the server: as HTTP's 504, an attempt that
         // timed out; the caller's own deadline decides whether another

@@ -10,7 +10,8 @@ use crate::Classification;
 pub(crate) enum Outcome {
     /// The attempt returned `Ok`.
     Success,
-    /// A transient or throttled failure, or the attempt's own timeout.
+    /// A transient, throttled or do-not-retry failure, or the attempt's own
+    /// timeout.
     /// `retry_after` is the server's `Retry-After`, when it sent one.
     Failure { retry_after: Option<Duration> },
     /// A permanent failure: the caller's own mistake, or a refusal. Counts as
@@ -23,7 +24,8 @@ impl Outcome {
     pub(crate) fn of_failure(classification: Classification) -> Self {
         match classification {
             Classification::Transient => Outcome::Failure { retry_after: None },
-            Classification::Throttled { retry_after } => Outcome::Failure { retry_after },
+            Classification::Throttled { retry_after }
+            | Classification::DoNotRetry { retry_after } => Outcome::Failure { retry_after },
             Classification::Permanent => Outcome::Ignored,
         }
     }

@@ -137,7 +137,7 @@ pub fn classify_by_trait<E: Classify + ?Sized>(error: &E) -> crate::classify::Ve
 #[diagnostic::on_unimplemented(
     message = "a `classify` function must return `resilient::Classification`, not `{Self}`",
     label = "this function returns `{Self}`",
-    note = "`classify = path` names a function `fn(&E) -> resilient::Classification`, where `E` is the error type of the annotated function: `Transient` and `Throttled` failures are retried (and counted by a breaker), `Permanent` ones are returned at once"
+    note = "`classify = path` names a function `fn(&E) -> resilient::Classification`, where `E` is the error type of the annotated function: `Transient` and `Throttled` failures are retried (and counted by a breaker), `DoNotRetry` ones are returned at once but counted by a breaker, `Permanent` ones are returned at once"
 )]
 pub trait ClassifierOutput {
     /// What the engine learns from it.

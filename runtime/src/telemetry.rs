@@ -88,6 +88,7 @@ impl Cause {
             Cause::Error(Classification::Transient) | Cause::TimedOut(_) => "transient",
             Cause::Error(Classification::Throttled { .. }) => "throttled",
             Cause::Error(Classification::Permanent) => "permanent",
+            Cause::Error(Classification::DoNotRetry { .. }) => "do_not_retry",
             Cause::Deadline => "deadline",
             Cause::Refused(_) => "refused",
         }

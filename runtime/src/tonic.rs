@@ -36,8 +36,15 @@ use crate::grpc::{RETRY_PUSHBACK_MS, classify_code, parse_pushback};
 use crate::{Classification, Classify, ErrorKind};
 
 /// By the status code and the server's pushback; see [`crate::grpc::classify_code`].
+/// A status made in this process from one of the library's refusals
+/// (`From<resilient::Error>`) is that refusal: permanent, as
+/// [`resilient::Error`](crate::Error) is, for enclosing layers here; its
+/// code and pushback are what a remote caller classifies.
 impl Classify for Status {
     fn classify(&self) -> Classification {
+        if refusal(self).is_some() {
+            return Classification::Permanent;
+        }
         let pushback = self.metadata().get(RETRY_PUSHBACK_MS).map(|v| {
             v.to_str()
                 .map_or(crate::grpc::Pushback::DoNotRetry, parse_pushback)
@@ -56,8 +63,17 @@ impl Classify for Status {
     }
 
     fn may_have_taken_effect(&self) -> bool {
-        status_may_have_taken_effect(self)
+        refusal(self).is_none() && status_may_have_taken_effect(self)
     }
+
+    fn is_refusal(&self) -> Option<bool> {
+        Some(refusal(self).is_some())
+    }
+}
+
+/// The library's refusal a status was made from in this process.
+fn refusal(status: &Status) -> Option<&crate::Error> {
+    std::error::Error::source(status)?.downcast_ref::<crate::Error>()
 }
 
 /// `true` for the codes after which the server may have done the work:
@@ -89,6 +105,9 @@ impl From<crate::Error> for Status {
                 .metadata_mut()
                 .insert(RETRY_PUSHBACK_MS, MetadataValue::from_static("-1"));
         }
+        // Kept, so that this process's enclosing layers know the refusal
+        // (`Classify for Status`); not sent.
+        status.set_source(std::sync::Arc::new(e));
         status
     }
 }

@@ -138,7 +138,12 @@ fn refusals_become_statuses_no_one_retries() {
     // A deadline says the time the caller gave is spent: its own deadline
     // decides whether another attempt fits.
     assert!(status.metadata().get("grpc-retry-pushback-ms").is_none());
-    assert_eq!(status.classify(), Classification::Transient);
+    let sent = Status::with_metadata(status.code(), status.message(), status.metadata().clone());
+    assert_eq!(sent.classify(), Classification::Transient);
+    // In this process it is still the refusal, final for enclosing layers
+    // (as `resilient::http::Error::from(refusal)` is).
+    assert_eq!(status.classify(), Classification::Permanent);
+    assert_eq!(status.is_refusal(), Some(true));
 
     // Any other refusal is this service's decision: no one retries it.
     let breaker = resilient::Breaker::new(
@@ -149,7 +154,18 @@ fn refusals_become_statuses_no_one_retries() {
     let open = Status::from(breaker.try_acquire().unwrap_err());
     assert_eq!(open.code(), Code::Unavailable);
     assert_eq!(open.metadata().get("grpc-retry-pushback-ms").unwrap(), "-1");
+    // In this process, the refusal it was made from: final, and no
+    // failure for an enclosing breaker.
     assert_eq!(open.classify(), Classification::Permanent);
+    assert_eq!(open.is_refusal(), Some(true));
+    // As its caller reads it off the wire: not retried, but this service
+    // failing (its breaker open).
+    let sent = Status::with_metadata(open.code(), open.message(), open.metadata().clone());
+    assert_eq!(
+        sent.classify(),
+        Classification::DoNotRetry { retry_after: None }
+    );
+    assert_eq!(sent.is_refusal(), Some(false));
 
     // tonic's own client-side timeout, from the `grpc-timeout` that
     // `propagate_deadline` sets, ends the attempt as it times out.
@@ -180,7 +196,8 @@ async fn flaky_dependency() -> Result<(), std::io::Error> {
 
 /// The gRPC branch of the layer's "do not retry": a handler whose
 /// annotated call gave up answers with `grpc-retry-pushback-ms: -1`, which
-/// a client classifies as permanent (proposal A6). Called in process: a
+/// a client does not retry (proposal A6) but counts as the service failing,
+/// for its breaker. Called in process: a
 /// gRPC handler of our own would need generated code.
 #[tokio::test]
 async fn a_grpc_handler_that_gave_up_answers_pushback_minus_one() {
@@ -206,5 +223,10 @@ async fn a_grpc_handler_that_gave_up_answers_pushback_minus_one() {
     assert_eq!(status.code(), Code::Unavailable);
     let metadata = tonic::metadata::MetadataMap::from_headers(response.headers().clone());
     let status = Status::with_metadata(status.code(), status.message(), metadata);
-    assert_eq!(status.classify(), Classification::Permanent);
+    assert_eq!(
+        status.classify(),
+        Classification::DoNotRetry { retry_after: None }
+    );
+    assert!(!status.classify().is_retryable());
+    assert!(status.classify().is_dependency_failure());
 }

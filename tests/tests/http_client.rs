@@ -386,7 +386,13 @@ async fn annotated_client_stops_at_do_not_retry() {
         .await
         .unwrap_err();
     assert!(err.is_do_not_retry());
-    assert_eq!(err.classify(), Classification::Permanent);
+    // Not retried, but a failure for a breaker, with the wait it asked for.
+    assert_eq!(
+        err.classify(),
+        Classification::DoNotRetry {
+            retry_after: Some(Duration::ZERO)
+        }
+    );
     assert_eq!(CALLS.load(Ordering::SeqCst), 1);
 }
 

@@ -195,6 +195,29 @@ fn every_status_code_classifies_by_its_class() {
                 assert_eq!(told, Some(Classification::Permanent), "{code}");
             }
         }
+        // With `Do-Not-Retry`: nothing is retried, and what would have
+        // been is still the dependency failing (for its breaker), with the
+        // wait it asked for; the request's own fault stays permanent.
+        let mut marked = with_retry_after.clone();
+        resilient::http::set_do_not_retry(&mut marked);
+        let dnr = classify_status(status, &marked);
+        match told {
+            None => assert_eq!(dnr, None, "{code}"),
+            Some(Classification::Transient) => assert_eq!(
+                dnr,
+                Some(Classification::DoNotRetry { retry_after: None }),
+                "{code}"
+            ),
+            Some(Classification::Throttled { retry_after }) => assert_eq!(
+                dnr,
+                Some(Classification::DoNotRetry { retry_after }),
+                "{code}"
+            ),
+            Some(other) => assert_eq!(dnr, Some(other), "{code}"),
+        }
+        if let Some(class) = dnr {
+            assert!(!class.is_retryable(), "{code}");
+        }
     }
 }
 

@@ -289,6 +289,11 @@ async fn a_draining_instance_refusal_over_grpc_may_be_retried_elsewhere() {
         status.metadata().get("grpc-retry-pushback-ms").is_none(),
         "{status:?}"
     );
-    assert_eq!(status.classify(), Classification::Transient);
+    // As its caller reads it off the wire: retried (in this process it is
+    // still the library's refusal, final for enclosing layers).
+    let sent =
+        tonic::Status::with_metadata(status.code(), status.message(), status.metadata().clone());
+    assert_eq!(sent.classify(), Classification::Transient);
+    assert_eq!(status.classify(), Classification::Permanent);
     shutdown.resume();
 }

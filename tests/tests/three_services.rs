@@ -258,3 +258,71 @@ async fn b_runs_under_the_clients_deadline_carried_by_a() {
     let header = header.expect("A sent Request-Budget-Ms");
     assert!((2501..=5000).contains(&header), "{header}");
 }
+
+// The user's client with a breaker on A: A answers every request with 502
+// `Do-Not-Retry` while the database behind B is down. That answer is not
+// retried, but it is A failing, and the breaker must open on it: before,
+// it was classified permanent, which a breaker ignores, so a client kept
+// sending every request into a chain that could serve none.
+#[resilient(
+    retries = 3,
+    base_ms = 1,
+    cap_ms = 5,
+    breaker = "service-a",
+    idempotent
+)]
+async fn call_a_through_breaker(client: &reqwest::Client, a: SocketAddr) -> Result<String, Error> {
+    let response = client.get(format!("http://{a}/a")).send_checked().await?;
+    Ok(response.text().await?)
+}
+
+#[tokio::test]
+async fn a_breaker_opens_on_a_service_whose_own_dependency_is_down() {
+    use resilient::{BreakerConfig, Classification, ErrorKind, Registry, SlidingWindow, State};
+
+    let chain = start_chain(Outage::Down, true).await;
+    let registry = Registry::builder()
+        .breaker(
+            "service-a",
+            BreakerConfig::default()
+                .sliding_window(SlidingWindow::CountBased { size: 4 })
+                .minimum_number_of_calls(4)
+                .wait_duration_in_open_state(Duration::from_secs(60)),
+        )
+        .build()
+        .unwrap();
+    let client = reqwest::Client::new();
+    let mut outcomes = Vec::new();
+    registry
+        .scope(async {
+            for _ in 0..6 {
+                let before = chain.stub.queries.load(Ordering::SeqCst);
+                let err = call_a_through_breaker(&client, chain.a).await.unwrap_err();
+                let queries = chain.stub.queries.load(Ordering::SeqCst) - before;
+                outcomes.push((queries, err));
+            }
+        })
+        .await;
+    let breaker = registry.breaker("service-a").unwrap();
+    assert_eq!(breaker.state(), State::Open, "{outcomes:?}");
+    for (i, (queries, err)) in outcomes.iter().enumerate() {
+        if i < 4 {
+            // Not retried: one request through A, B's four queries.
+            assert_eq!(*queries, 4, "request {i}: {err:?}");
+            assert_eq!(err.status(), Some(StatusCode::BAD_GATEWAY), "{err:?}");
+            assert_eq!(
+                err.classify(),
+                Classification::DoNotRetry { retry_after: None }
+            );
+        } else {
+            // Refused by the open breaker: nothing sent.
+            assert_eq!(*queries, 0, "request {i}: {err:?}");
+            assert_eq!(
+                err.refusal().map(resilient::Error::kind),
+                Some(ErrorKind::BreakerOpen),
+                "{err:?}"
+            );
+        }
+    }
+    assert_eq!(breaker.snapshot().failed_calls, 4);
+}

@@ -535,8 +535,9 @@ impl RetryBudget {
 
     /// Records the outcome of one attempt: a token bucket loses a token per
     /// failure and gains `token_ratio` per success; an ignored (permanent)
-    /// outcome changes nothing, as in gRPC, where only retryable failures
-    /// drain the bucket. A ratio budget ignores outcomes.
+    /// outcome changes nothing, as in gRPC, where only failures with a
+    /// retryable code drain the bucket (also when the server's pushback
+    /// said not to retry: [`Classification::DoNotRetry`](crate::Classification::DoNotRetry)). A ratio budget ignores outcomes.
     pub(crate) fn on_outcome(&self, outcome: Outcome) {
         if let Policy::Tokens(tokens) = &self.policy {
             match outcome {

@@ -357,9 +357,18 @@ mod tests {
         let e = Error::from_status(StatusCode::SERVICE_UNAVAILABLE, h.clone());
         assert!(e.classify().is_retryable());
         super::super::set_do_not_retry(&mut h);
-        let e = Error::from_status(StatusCode::SERVICE_UNAVAILABLE, h);
-        assert_eq!(e.classify(), Classification::Permanent);
+        let e = Error::from_status(StatusCode::SERVICE_UNAVAILABLE, h.clone());
+        assert_eq!(
+            e.classify(),
+            Classification::DoNotRetry {
+                retry_after: Some(std::time::Duration::from_secs(1))
+            }
+        );
+        assert!(!e.classify().is_retryable());
         assert!(e.is_do_not_retry());
+        // The request's own fault stays permanent.
+        let e = Error::from_status(StatusCode::BAD_REQUEST, h);
+        assert_eq!(e.classify(), Classification::Permanent);
     }
 
     #[test]

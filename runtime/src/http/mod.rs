@@ -15,7 +15,7 @@
 //! | [`IDEMPOTENCY_KEY`] `Idempotency-Key` | request | the [`IdempotencyKey`](crate::IdempotencyKey) of the operation, the same on every attempt (IETF draft `draft-ietf-httpapi-idempotency-key-header`, as Stripe and others use it) |
 //! | [`GRPC_TIMEOUT`] `grpc-timeout` | request | the caller's remaining deadline, in the gRPC format ([`GrpcTimeout`](crate::GrpcTimeout)); understood by every gRPC server |
 //! | [`REQUEST_BUDGET_MS`] `Request-Budget-Ms` | request | the same remaining deadline as whole milliseconds, for plain HTTP servers and for people reading logs |
-//! | [`DO_NOT_RETRY`] `Do-Not-Retry: ?1` | response | "this service already retried, or refused to protect itself: do not retry it" (not on a deadline's 504 by itself: the caller knows whether it has time for another attempt); classified [`Permanent`](crate::Classification::Permanent) |
+//! | [`DO_NOT_RETRY`] `Do-Not-Retry: ?1` | response | "this service already retried, or refused to protect itself: do not retry it" (not on a deadline's 504 by itself: the caller knows whether it has time for another attempt); classified [`DoNotRetry`](crate::Classification::DoNotRetry) on a 5xx, 429 or 408 (not retried, a failure for a breaker), [`Permanent`](crate::Classification::Permanent) on other 4xx |
 //! | `Retry-After` | response | when a 429/503 may be retried ([`retry_after`]) |
 //!
 //! Why `Request-Budget-Ms`: HTTP has no standard deadline header. The value

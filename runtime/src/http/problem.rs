@@ -96,9 +96,9 @@ impl Error {
     /// callers wait too; any other failure as 502 Bad Gateway (RFC 9110
     /// §15.6.3: "an invalid response from an inbound server").
     ///
-    /// It carries `Do-Not-Retry: ?1` when the failure is permanent
-    /// (retrying this service would only repeat it, or the dependency
-    /// itself said not to retry); a transient failure leaves the client
+    /// It carries `Do-Not-Retry: ?1` when the failure is not retryable
+    /// (permanent: retrying this service would only repeat it; or the
+    /// dependency itself said not to retry); a transient failure leaves the client
     /// free to retry, unless the server layer (`resilient::tower`) saw this
     /// service give up after its own retries.
     pub fn to_response(&self) -> Response<String> {
@@ -134,7 +134,7 @@ impl Error {
                 .headers_mut()
                 .insert(RETRY_AFTER, HeaderValue::from(secs));
         }
-        if class == Classification::Permanent {
+        if !class.is_retryable() {
             super::set_do_not_retry(response.headers_mut());
         }
         response

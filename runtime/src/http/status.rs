@@ -44,16 +44,26 @@ impl StatusPolicy {
         if status.is_informational() || status.is_success() || status.is_redirection() {
             return None;
         }
-        if super::is_do_not_retry(headers) {
-            return Some(Classification::Permanent);
-        }
+        let class = self.classify_status(status, headers);
+        // The server said not to retry (it already retried, or cannot
+        // serve anyone now): a failure of the dependency is still one, for
+        // its breaker, but is not retried; the request's own fault stays
+        // permanent.
+        Some(if super::is_do_not_retry(headers) {
+            class.not_to_retry()
+        } else {
+            class
+        })
+    }
+
+    fn classify_status(self, status: StatusCode, headers: &HeaderMap) -> Classification {
         let throttled_or_transient = || match super::retry_after(headers) {
             Some(d) => Classification::Throttled {
                 retry_after: Some(d),
             },
             None => Classification::Transient,
         };
-        Some(match status {
+        match status {
             // §15.5.9: the server timed out waiting for the request; "the
             // client MAY repeat that request".
             StatusCode::REQUEST_TIMEOUT => Classification::Transient,
@@ -70,7 +80,7 @@ impl StatusPolicy {
             // other 5xx (501 Not Implemented, 505, 507, 511) do not pass
             // either.
             _ => Classification::Permanent,
-        })
+        }
     }
 }
 
@@ -85,7 +95,8 @@ impl StatusPolicy {
 /// | 502, 504 | transient | §15.6.3, §15.6.5: a gateway's upstream failed or was slow |
 /// | 500 | permanent ([`StatusPolicy::retry_500`] opts in) | §15.6.1: an unexpected condition, often a bug |
 /// | other 4xx and 5xx | permanent | the request, not the moment, is at fault |
-/// | any, with `Do-Not-Retry: ?1` | permanent | the server already retried or protects itself (see the [module docs](crate::http)) |
+/// | any of the retryable above, with `Do-Not-Retry: ?1` | do-not-retry (a failure for a breaker, not retried) | the server already retried, or cannot serve now (see the [module docs](crate::http)) |
+/// | a permanent one, with `Do-Not-Retry: ?1` | permanent | the request is at fault either way |
 ///
 /// ```
 /// use http::{HeaderMap, StatusCode, header::RETRY_AFTER};
@@ -102,6 +113,13 @@ impl StatusPolicy {
 ///     classify_status(StatusCode::TOO_MANY_REQUESTS, &headers),
 ///     Some(Classification::Throttled { retry_after: Some(Duration::from_secs(2)) }),
 /// );
+/// // A service that gave up on its own dependency: down for its callers too.
+/// resilient::http::set_do_not_retry(&mut headers);
+/// assert_eq!(
+///     classify_status(StatusCode::SERVICE_UNAVAILABLE, &headers),
+///     Some(Classification::DoNotRetry { retry_after: Some(Duration::from_secs(2)) }),
+/// );
+/// assert_eq!(classify_status(StatusCode::NOT_FOUND, &headers), Some(Classification::Permanent));
 /// ```
 pub fn classify_status(status: StatusCode, headers: &HeaderMap) -> Option<Classification> {
     StatusPolicy::DEFAULT.classify(status, headers)

@@ -305,8 +305,8 @@ impl AdaptiveThrottle {
     /// [`admit`](AdaptiveThrottle::admit). `accepted` is `true` for a
     /// success and for a permanent failure (the backend did the work and
     /// answered; a malformed request is the caller's problem, not
-    /// overload), `false` for a throttled or transient failure or a
-    /// timeout: the signs of a backend refusing or unable to take the work.
+    /// overload), `false` for a throttled, transient or do-not-retry
+    /// failure or a timeout: the signs of a backend refusing or unable to take the work.
     /// (Annotated calls record theirs this way themselves.)
     pub fn on_outcome(&self, accepted: bool, now: Instant) {
         if accepted {
