@@ -628,6 +628,15 @@ impl<C> Call<C> {
             Failure::Failed(error, verdict) if verdict.class.is_retryable() => {
                 Settled::Retryable(error, verdict.class)
             }
+            // The dependency said not to retry (it already did, or cannot
+            // serve now): final for every enclosing layer too, as a nested
+            // give-up is, also one that classifies its own error transient,
+            // and for the caller of this service (`ResilienceLayer`).
+            Failure::Failed(error, verdict)
+                if matches!(verdict.class, Classification::DoNotRetry { .. }) =>
+            {
+                Settled::Final(self.give_up(error))
+            }
             Failure::Failed(error, _) => Settled::Final(error),
             Failure::TimedOut(after) => Settled::Retryable(
                 refuse(Error::attempt_timed_out(after)),

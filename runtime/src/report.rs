@@ -98,8 +98,9 @@ impl Report {
 
     /// `true` when an annotated call inside stopped on a failure that its
     /// callers must not retry: its retries, the retry budget or the time
-    /// before its deadline were spent, or a breaker, bulkhead or load
-    /// shedder refused it. A server uses it to tell its own caller not to
+    /// before its deadline were spent, a breaker, bulkhead or load shedder
+    /// refused it, or its dependency's answer said not to retry
+    /// ([`Classification::DoNotRetry`](crate::Classification::DoNotRetry)). A server uses it to tell its own caller not to
     /// retry either (one retrying layer across services).
     pub fn gave_up(&self) -> bool {
         self.gave_up

@@ -348,3 +348,48 @@ async fn a_layer_cut_by_the_users_own_timeout_passes_on_how_far_the_path_got() {
     // timeouts cut the layers.
     assert_eq!(attempts.load(Ordering::SeqCst), 4);
 }
+
+/// The dependency's answer said "do not retry" (it already retried on the
+/// caller's behalf): final for every enclosing layer too, as a nested
+/// give-up is, even one that classifies its own error transient.
+/// (Review 7: the outer layer retried it 3 times, and the dependency that
+/// said not to retry was called 4 times.)
+mod do_not_retry {
+    use super::*;
+
+    #[derive(Debug)]
+    struct DependencySaidNo;
+
+    impl From<resilient::Error> for DependencySaidNo {
+        fn from(_: resilient::Error) -> Self {
+            DependencySaidNo
+        }
+    }
+
+    impl Classify for DependencySaidNo {
+        fn classify(&self) -> Classification {
+            Classification::DoNotRetry { retry_after: None }
+        }
+    }
+
+    #[resilient(deadline_ms = 1000)]
+    async fn fetch(calls: &AtomicU32) -> Result<(), DependencySaidNo> {
+        calls.fetch_add(1, Ordering::SeqCst);
+        Err(DependencySaidNo)
+    }
+
+    // The outer layer's error type classifies everything transient (`E`).
+    #[resilient(retries = 3, idempotent, base_ms = 1, cap_ms = 10)]
+    async fn outer(calls: &AtomicU32) -> Result<(), E> {
+        fetch(calls).await.map_err(|_| E::Unavailable)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_nested_do_not_retry_is_final_for_enclosing_layers() {
+        let calls = AtomicU32::new(0);
+        let (result, report) = resilient::observe(outer(&calls)).await;
+        assert!(result.is_err());
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "{report:?}");
+        assert!(report.gave_up(), "{report:?}");
+    }
+}

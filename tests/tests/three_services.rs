@@ -326,3 +326,247 @@ async fn a_breaker_opens_on_a_service_whose_own_dependency_is_down() {
     }
     assert_eq!(breaker.snapshot().failed_calls, 4);
 }
+
+/// `Do-Not-Retry` across real services on loopback (review 7): C is a stub
+/// dependency; B calls it through an annotated function and answers with
+/// `resilient::http::Error` as it is (or maps it to its own status), behind
+/// `IdempotencyLayer` and `ResilienceLayer`; A calls B.
+mod do_not_retry {
+    use super::*;
+    use axum::http::HeaderValue;
+    use axum::routing::post;
+    use resilient::tower::IdempotencyLayer;
+    use resilient::{BreakerConfig, Classification, Registry, SlidingWindow};
+
+    #[derive(Clone, Copy, PartialEq)]
+    enum C {
+        /// Every query is the caller's mistake: 404.
+        NotFound,
+        /// C's own breaker is open (as `refusal_response` answers it): 503,
+        /// `Retry-After: 30`, `Do-Not-Retry: ?1`.
+        OpenFor30s,
+        /// The same 503 + `Retry-After: 30`, without `Do-Not-Retry`.
+        ThrottledFor30s,
+        Ok,
+        /// C already retried its own dependency and gave up: 502 + `Do-Not-Retry`.
+        GaveUp,
+    }
+
+    #[derive(Default)]
+    struct Stub {
+        mode: std::sync::Mutex<Option<C>>,
+        queries: AtomicU32,
+    }
+
+    async fn c_handler(State(stub): State<Arc<Stub>>) -> Response {
+        stub.queries.fetch_add(1, Ordering::SeqCst);
+        let mode = stub.mode.lock().unwrap().unwrap();
+        match mode {
+            C::NotFound => StatusCode::NOT_FOUND.into_response(),
+            C::OpenFor30s | C::ThrottledFor30s => {
+                let mut h = HeaderMap::new();
+                h.insert("retry-after", HeaderValue::from_static("30"));
+                if mode == C::OpenFor30s {
+                    h.insert("do-not-retry", HeaderValue::from_static("?1"));
+                }
+                (StatusCode::SERVICE_UNAVAILABLE, h).into_response()
+            }
+            C::Ok => "charged".into_response(),
+            C::GaveUp => (StatusCode::BAD_GATEWAY, [("do-not-retry", "?1")]).into_response(),
+        }
+    }
+
+    #[resilient(deadline_ms = 5000)]
+    async fn call_c(client: &reqwest::Client, c: SocketAddr) -> Result<String, Error> {
+        let r = client.post(format!("http://{c}/c")).send_checked().await?;
+        Ok(r.text().await?)
+    }
+
+    #[derive(Clone)]
+    struct Hop {
+        client: reqwest::Client,
+        c: SocketAddr,
+        b_runs: Arc<AtomicU32>,
+    }
+
+    async fn b_handler(State(hop): State<Hop>) -> Result<String, Error> {
+        hop.b_runs.fetch_add(1, Ordering::SeqCst);
+        call_c(&hop.client, hop.c).await
+    }
+
+    /// The same handler, answering the dependency's failure with its own
+    /// status (a common handler shape: `map_err(|_| StatusCode::BAD_GATEWAY)`).
+    async fn b_handler_mapping(State(hop): State<Hop>) -> Result<String, StatusCode> {
+        hop.b_runs.fetch_add(1, Ordering::SeqCst);
+        call_c(&hop.client, hop.c)
+            .await
+            .map_err(|_| StatusCode::BAD_GATEWAY)
+    }
+
+    async fn start_b(mode: C) -> (SocketAddr, Arc<Stub>, Arc<AtomicU32>) {
+        let stub = Arc::new(Stub::default());
+        *stub.mode.lock().unwrap() = Some(mode);
+        let c = serve(
+            Router::new()
+                .route("/c", post(c_handler))
+                .with_state(stub.clone()),
+        )
+        .await;
+        let b_runs = Arc::new(AtomicU32::new(0));
+        let hop = Hop {
+            client: reqwest::Client::new(),
+            c,
+            b_runs: b_runs.clone(),
+        };
+        let b = serve(
+            Router::new()
+                .route("/b", post(b_handler))
+                .route("/b2", post(b_handler_mapping))
+                .route("/health", get(|| async { "ok" }))
+                .with_state(hop)
+                .layer(IdempotencyLayer::new())
+                .layer(ResilienceLayer::new()),
+        )
+        .await;
+        (b, stub, b_runs)
+    }
+
+    #[resilient(breaker = "service-b", deadline_ms = 5000)]
+    async fn call_b_breaker(client: &reqwest::Client, b: SocketAddr) -> Result<String, Error> {
+        let r = client.post(format!("http://{b}/b")).send_checked().await?;
+        Ok(r.text().await?)
+    }
+
+    /// C answers 404 to every request: the callers' own mistake, which a
+    /// breaker counts as neither success nor failure. B passes its permanent
+    /// failure on with `to_response`: 500 + `Do-Not-Retry` (it was 502, which
+    /// A then classified `DoNotRetry`, a failure: A's breaker on B opened on
+    /// its own bad requests, and refused the good ones after it).
+    #[tokio::test]
+    async fn a_forwarded_client_error_leaves_the_callers_breaker_closed() {
+        let (b, _stub, _) = start_b(C::NotFound).await;
+        let registry = Registry::builder()
+            .breaker(
+                "service-b",
+                BreakerConfig::default()
+                    .sliding_window(SlidingWindow::CountBased { size: 4 })
+                    .minimum_number_of_calls(4)
+                    .wait_duration_in_open_state(Duration::from_secs(60)),
+            )
+            .build()
+            .unwrap();
+        let client = reqwest::Client::new();
+        let mut seen = Vec::new();
+        registry
+            .scope(async {
+                for _ in 0..6 {
+                    let e = call_b_breaker(&client, b).await.unwrap_err();
+                    seen.push((e.status(), e.classify(), e.refusal().map(|r| r.kind())));
+                }
+            })
+            .await;
+        let breaker = registry.breaker("service-b").unwrap();
+        assert_eq!(
+            breaker.state(),
+            resilient::State::Closed,
+            "A's breaker on B opened on 404s of A's own requests: {seen:?}"
+        );
+        for seen in &seen {
+            assert_eq!(
+                seen,
+                &(
+                    Some(StatusCode::INTERNAL_SERVER_ERROR),
+                    Classification::Permanent,
+                    None
+                )
+            );
+        }
+    }
+
+    /// C's breaker is open and says so: 503, `Retry-After: 30`, `Do-Not-Retry`.
+    /// B's call classifies it `DoNotRetry { retry_after: 30 s }`, and B passes
+    /// on both the wait and the mark (it answered 502 without `Retry-After`, so
+    /// A's breaker could not honour C's wait).
+    #[tokio::test]
+    async fn a_do_not_retry_wait_is_passed_on_to_the_callers() {
+        let (b, _stub, _) = start_b(C::OpenFor30s).await;
+        let client = reqwest::Client::new();
+        let e = call_b_breaker(&client, b).await.unwrap_err();
+        assert_eq!(
+            e.classify(),
+            Classification::DoNotRetry {
+                retry_after: Some(Duration::from_secs(30))
+            },
+            "status {:?}, headers {:?}",
+            e.status(),
+            e.headers()
+        );
+    }
+
+    /// C's 503 + `Retry-After: 30` is passed on as 503 + `Retry-After`, which
+    /// `IdempotencyLayer` does not keep ("not processed"): the client's retry
+    /// with the same key runs once C has recovered, also when C's answer said
+    /// not to retry (B answered that one 502, which the key kept for 24 h: the
+    /// charge could never be made with that key).
+    #[tokio::test]
+    async fn a_not_processed_answer_marked_do_not_retry_is_not_kept_for_the_key() {
+        for mode in [C::ThrottledFor30s, C::OpenFor30s] {
+            let (b, stub, b_runs) = start_b(mode).await;
+            let client = reqwest::Client::new();
+            let key = "order-42";
+            let first = client
+                .post(format!("http://{b}/b"))
+                .header("idempotency-key", key)
+                .send()
+                .await
+                .unwrap();
+            let first_status = first.status();
+            // C recovers; the client retries with the same key.
+            *stub.mode.lock().unwrap() = Some(C::Ok);
+            let second = client
+                .post(format!("http://{b}/b"))
+                .header("idempotency-key", key)
+                .send()
+                .await
+                .unwrap();
+            let second_status = second.status();
+            let replayed = second.headers().get("idempotent-replayed").cloned();
+            let body = second.text().await.unwrap();
+            assert_eq!(
+                (second_status, b_runs.load(Ordering::SeqCst)),
+                (StatusCode::OK, 2),
+                "C's first answer was {}: B's first answer {first_status}, then the retry got {second_status} (replayed {replayed:?}) {body}",
+                if mode == C::OpenFor30s {
+                    "503 + Retry-After + Do-Not-Retry"
+                } else {
+                    "503 + Retry-After"
+                },
+            );
+        }
+    }
+
+    #[resilient(retries = 3, idempotent, base_ms = 1, cap_ms = 5, deadline_ms = 5000)]
+    async fn call_b2(client: &reqwest::Client, b: SocketAddr) -> Result<String, Error> {
+        let r = client.post(format!("http://{b}/b2")).send_checked().await?;
+        Ok(r.text().await?)
+    }
+
+    /// C already retried and says so (502 + `Do-Not-Retry`). B's call returns
+    /// it at once and B's handler answers with its own 502: the call gave up
+    /// on C's word, so `ResilienceLayer` marks B's answer, and A does not retry
+    /// it (before, A retried B 3 times, and C, which said not to retry, was
+    /// called 4 times per user request).
+    #[tokio::test]
+    async fn a_do_not_retry_seen_inside_a_handler_reaches_its_caller() {
+        let (b, stub, _) = start_b(C::GaveUp).await;
+        let client = reqwest::Client::new();
+        let e = call_b2(&client, b).await.unwrap_err();
+        assert_eq!(
+            stub.queries.load(Ordering::SeqCst),
+            1,
+            "C said 'do not retry'; A retried B's answer {:?} {:?}",
+            e.status(),
+            e.headers()
+        );
+    }
+}

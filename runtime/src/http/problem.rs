@@ -92,15 +92,22 @@ impl Error {
     /// The response a service answers with when this call to its own
     /// dependency failed: a refusal as by [`refusal_response`]; a timeout
     /// as 504; a dependency that asked to wait (a 429 or 503 with
-    /// `Retry-After`) as 503 with the same `Retry-After`, so this service's
-    /// callers wait too; any other failure as 502 Bad Gateway (RFC 9110
-    /// §15.6.3: "an invalid response from an inbound server").
+    /// `Retry-After`, also one that said not to retry) as 503 with the same
+    /// `Retry-After`, so this service's callers wait too; a permanent
+    /// failure (the dependency refused this service's request: a 4xx, a
+    /// 500) as 500 Internal Server Error, which no caller retries or counts
+    /// against this service's health (the caller's own request may be what
+    /// the dependency refused); any other failure of the dependency as 502
+    /// Bad Gateway (RFC 9110 §15.6.3: "an invalid response from an inbound
+    /// server").
     ///
     /// It carries `Do-Not-Retry: ?1` when the failure is not retryable
     /// (permanent: retrying this service would only repeat it; or the
-    /// dependency itself said not to retry); a transient failure leaves the client
-    /// free to retry, unless the server layer (`resilient::tower`) saw this
-    /// service give up after its own retries.
+    /// dependency itself said not to retry), which a caller then does not
+    /// retry, though its breaker counts a marked 502 or 503 as this service
+    /// failing; a transient failure leaves the caller free to retry, unless
+    /// the server layer (`resilient::tower`) saw this service give up after
+    /// its own retries.
     pub fn to_response(&self) -> Response<String> {
         if let Some(refusal) = self.refusal() {
             return refusal_response(refusal);
@@ -112,6 +119,9 @@ impl Error {
         let wait = match class {
             Classification::Throttled {
                 retry_after: Some(wait),
+            }
+            | Classification::DoNotRetry {
+                retry_after: Some(wait),
             } => Some(wait),
             _ => None,
         };
@@ -119,6 +129,11 @@ impl Error {
             StatusCode::GATEWAY_TIMEOUT
         } else if wait.is_some() {
             StatusCode::SERVICE_UNAVAILABLE
+        } else if class == Classification::Permanent {
+            // Not 502: a caller counts a 502 this service marks "do not
+            // retry" against its health, and the dependency's refusal of
+            // this request says nothing of that.
+            StatusCode::INTERNAL_SERVER_ERROR
         } else {
             StatusCode::BAD_GATEWAY
         };

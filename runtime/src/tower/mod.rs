@@ -28,8 +28,9 @@
 //!    a hung instance), and one whose whole deadline is spent stops by its
 //!    own. Unless this service already retried (below);
 //! 3. when an annotated call inside the handler gave up (its retries, retry
-//!    budget or deadline spent, or refused by an open breaker, a full
-//!    bulkhead, load shedding; see [`Report::gave_up`](crate::Report::gave_up))
+//!    budget or deadline spent, refused by an open breaker, a full
+//!    bulkhead, load shedding, or told by its dependency not to retry; see
+//!    [`Report::gave_up`](crate::Report::gave_up))
 //!    or made a retry, marks a failure response `Do-Not-Retry: ?1` (HTTP)
 //!    or `grpc-retry-pushback-ms: -1` (gRPC, proposal A6), also when the
 //!    deadline cut the handler, so the caller's client does not retry what
