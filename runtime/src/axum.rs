@@ -28,8 +28,10 @@ impl IntoResponse for crate::Error {
     }
 }
 
-/// 502, 503 (a dependency asked to wait) or 504 with a problem+json body, `Do-Not-Retry` when retrying this
-/// service cannot help: see [`Error::to_response`](crate::http::Error::to_response).
+/// 502, 503 (a dependency asked to wait), 504 (a timeout) or 500 (the
+/// dependency refused the request itself) with a problem+json body,
+/// `Do-Not-Retry` when retrying this service cannot help: see
+/// [`Error::to_response`](crate::http::Error::to_response).
 impl IntoResponse for crate::http::Error {
     fn into_response(self) -> Response {
         let (parts, body) = self.to_response().into_parts();
