@@ -230,3 +230,84 @@ async fn a_grpc_handler_that_gave_up_answers_pushback_minus_one() {
     assert!(!status.classify().is_retryable());
     assert!(status.classify().is_dependency_failure());
 }
+
+/// A gRPC service whose own dependency is down answers every call
+/// `UNAVAILABLE` with pushback -1 (it already retried, or its breaker is
+/// open). Its callers do not retry that, and their breaker on it counts it
+/// as a failure and opens: before, it was classified permanent, which a
+/// breaker ignores, so callers kept sending every call into it.
+#[tokio::test]
+async fn a_breaker_opens_on_a_service_answering_unavailable_with_pushback_minus_one() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    static CALLS: AtomicU32 = AtomicU32::new(0);
+    let down = tower::layer::layer_fn(|_inner: tonic::service::Routes| {
+        tower::service_fn(|_: http::Request<tonic::body::Body>| async {
+            CALLS.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, std::convert::Infallible>(
+                http::Response::builder()
+                    .header("content-type", "application/grpc")
+                    .header("grpc-status", "14")
+                    .header("grpc-message", "dependency%20down")
+                    .header("grpc-retry-pushback-ms", "-1")
+                    .body(tonic::body::Body::empty())
+                    .unwrap(),
+            )
+        })
+    });
+    let (_reporter, health) = tonic_health::server::health_reporter();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        Server::builder()
+            .layer(down)
+            .add_service(health)
+            .serve_with_incoming(TcpIncoming::from(listener))
+            .await
+            .unwrap()
+    });
+
+    let registry = resilient::Registry::builder()
+        .breaker(
+            "health",
+            resilient::BreakerConfig::default()
+                .sliding_window(resilient::SlidingWindow::CountBased { size: 4 })
+                .minimum_number_of_calls(4),
+        )
+        .build()
+        .unwrap();
+    let mut seen = Vec::new();
+    registry
+        .scope(async {
+            for _ in 0..6 {
+                seen.push(check_through_breaker(client(addr)).await.unwrap_err());
+            }
+        })
+        .await;
+    server.abort();
+    assert_eq!(
+        registry.breaker("health").unwrap().state(),
+        resilient::State::Open,
+        "{seen:?}"
+    );
+    // Four calls, none retried; then refused without a call.
+    assert_eq!(CALLS.load(Ordering::SeqCst), 4, "{seen:?}");
+    for status in &seen[..4] {
+        assert_eq!(status.code(), Code::Unavailable);
+        assert_eq!(
+            status.classify(),
+            Classification::DoNotRetry { retry_after: None }
+        );
+    }
+    for status in &seen[4..] {
+        assert_eq!(status.is_refusal(), Some(true), "{status:?}");
+    }
+}
+
+#[resilient(retries = 3, base_ms = 1, cap_ms = 5, breaker = "health", idempotent)]
+async fn check_through_breaker(mut client: HealthClient<Channel>) -> Result<i32, Status> {
+    let request = tonic::Request::new(HealthCheckRequest {
+        service: "payments".to_owned(),
+    });
+    Ok(client.check(request).await?.into_inner().status)
+}
