@@ -107,6 +107,14 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
                 );
             }
         }
+        // The flag only allows retries: alone, it changes nothing, and a
+        // reader would take the function for one that is retried.
+        if let Some(span) = args.idempotent {
+            errors.push(
+                span,
+                "`idempotent` has no effect without `retries`: it only allows a function to be retried; add `retries = N`, or remove `idempotent`",
+            );
+        }
     }
     // The function's shape.
     if sig.asyncness.is_none() {
