@@ -8,12 +8,84 @@
 
 use std::cell::RefCell;
 use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::frame::{Frame, InFrame, forward};
 use crate::{Classification, ErrorKind};
 
 tokio::task_local! {
-    static REPORT: RefCell<Report>;
+    static REPORT: RefCell<Sink>;
+}
+
+/// What one task's `observe` (or [`linked`] scope) collects.
+#[derive(Default)]
+struct Sink {
+    report: Report,
+    /// Where every record also goes as it is made: the report of an
+    /// `observe` in another task, which this task's work is part of.
+    forward: Option<Link>,
+    /// What tasks linked to this `observe` recorded ([`link`]): merged
+    /// into its report when it is read.
+    linked: Option<Link>,
+}
+
+/// A report shared with work on other tasks.
+pub(crate) type Link = Arc<Mutex<Report>>;
+
+impl Sink {
+    fn push(&mut self, record: AttemptRecord) {
+        if let Some(forward) = &self.forward {
+            lock(forward).attempts.push(record);
+        }
+        self.report.attempts.push(record);
+    }
+
+    fn give_up(&mut self) {
+        if let Some(forward) = &self.forward {
+            lock(forward).gave_up = true;
+        }
+        self.report.gave_up = true;
+    }
+}
+
+fn lock(link: &Link) -> std::sync::MutexGuard<'_, Report> {
+    // A report is plain data: one a panicking task left half-written is
+    // still worth reading.
+    link.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A link to the `observe` the current task runs in, if any, for work it
+/// hands to another task ([`linked`]): what that work's annotated calls
+/// do is then in this `observe`'s report too, as they do it (also if this
+/// task stops waiting for it: a server layer's deadline that cuts the
+/// request while the work goes on).
+#[cfg(feature = "tower")]
+pub(crate) fn link() -> Option<Link> {
+    REPORT
+        .try_with(|sink| {
+            let mut sink = sink.borrow_mut();
+            // Records already forwarded further out go on there.
+            if let Some(forward) = &sink.forward {
+                return forward.clone();
+            }
+            sink.linked.get_or_insert_with(Link::default).clone()
+        })
+        .ok()
+}
+
+/// Runs `fut` (on another task) as part of the `observe` `link` came from.
+#[cfg(feature = "tower")]
+pub(crate) async fn linked<F: Future>(link: Option<Link>, fut: F) -> F::Output {
+    match link {
+        None => fut.await,
+        Some(link) => {
+            let sink = Sink {
+                forward: Some(link),
+                ..Sink::default()
+            };
+            REPORT.scope(RefCell::new(sink), fut).await
+        }
+    }
 }
 
 /// Runs `fut` and returns, with its output, a [`Report`] of every attempt
@@ -50,24 +122,46 @@ tokio::task_local! {
 /// Observing costs one task-local scope and a `Vec` that grows by one entry
 /// per attempt; calls made outside `observe` record nothing. An `observe`
 /// inside another passes what it saw on to the enclosing one as well. A spawned task
-/// is not observed (tokio does not carry task-locals across `spawn`).
+/// is not observed (tokio does not carry task-locals across `spawn`), except
+/// the handler `resilient::tower::IdempotencyLayer` runs on a task of its
+/// own, which is part of the request.
 pub async fn observe<F: Future>(fut: F) -> (F::Output, Report) {
+    // Inside a task linked to another's `observe`, this one's records go
+    // there too, as they are made.
+    let onward = REPORT
+        .try_with(|outer| outer.borrow().forward.clone())
+        .ok()
+        .flatten();
+    let sink = Sink {
+        forward: onward,
+        ..Sink::default()
+    };
     let (output, report) = REPORT
-        .scope(RefCell::new(Report::default()), async {
+        .scope(RefCell::new(sink), async {
             // Calls inside see that they are observed from their frame, so
             // calls nobody observes never look for a report.
             let frame = Frame::transparent(crate::current_deadline(), true);
             let (output, end) = InFrame::new(frame, fut).await;
             forward(&end);
-            let report = REPORT.with(|r| r.take());
+            let report = REPORT.with(|sink| {
+                let mut sink = sink.borrow_mut();
+                let mut report = std::mem::take(&mut sink.report);
+                if let Some(linked) = sink.linked.take() {
+                    let linked = std::mem::take(&mut *lock(&linked));
+                    report.attempts.extend_from_slice(&linked.attempts);
+                    report.gave_up |= linked.gave_up;
+                }
+                report
+            });
             (output, report)
         })
         .await;
-    // An enclosing `observe` (a server layer's, say) sees these calls too.
+    // An enclosing `observe` (a server layer's, say) sees these calls too
+    // (not forwarded again: they were, as they were made).
     let _ = REPORT.try_with(|outer| {
         let mut outer = outer.borrow_mut();
-        outer.attempts.extend_from_slice(&report.attempts);
-        outer.gave_up |= report.gave_up;
+        outer.report.attempts.extend_from_slice(&report.attempts);
+        outer.report.gave_up |= report.gave_up;
     });
     (output, report)
 }
@@ -153,7 +247,7 @@ pub(crate) fn record(
     may_have_taken_effect: bool,
 ) {
     let _ = REPORT.try_with(|r| {
-        r.borrow_mut().attempts.push(AttemptRecord {
+        r.borrow_mut().push(AttemptRecord {
             function,
             attempt,
             outcome,
@@ -164,5 +258,5 @@ pub(crate) fn record(
 
 /// Records that a call gave up, when a report is being made.
 pub(crate) fn record_give_up() {
-    let _ = REPORT.try_with(|r| r.borrow_mut().gave_up = true);
+    let _ = REPORT.try_with(|r| r.borrow_mut().give_up());
 }

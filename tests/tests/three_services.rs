@@ -570,3 +570,237 @@ mod do_not_retry {
         );
     }
 }
+
+/// The chain with `IdempotencyLayer` on B, as the README's server sets it
+/// up, and A sending an `Idempotency-Key` (review 8): B runs a keyed
+/// request's handler on a task of its own, which must not hide from
+/// `ResilienceLayer` that it retried.
+mod keyed {
+    use super::*;
+    use axum::routing::post;
+    use resilient::IdempotencyKey;
+    use resilient::tower::IdempotencyLayer;
+
+    #[derive(Clone, Copy)]
+    enum Outage {
+        Down,
+        Hanging,
+    }
+
+    async fn database(State((queries, outage)): State<(Arc<AtomicU32>, Outage)>) -> Response {
+        queries.fetch_add(1, Ordering::SeqCst);
+        match outage {
+            Outage::Down => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+            Outage::Hanging => std::future::pending().await,
+        }
+    }
+
+    #[resilient(retries = 3, base_ms = 1, cap_ms = 5, timeout_ms = 40, idempotent)]
+    async fn query_database_keyed(
+        client: &reqwest::Client,
+        db: SocketAddr,
+    ) -> Result<String, Error> {
+        let response = client
+            .get(format!("http://{db}/query"))
+            .send_checked()
+            .await?;
+        Ok(response.text().await?)
+    }
+
+    #[derive(Clone)]
+    struct Hop {
+        client: reqwest::Client,
+        next: SocketAddr,
+    }
+
+    async fn service_b_keyed(State(hop): State<Hop>) -> Result<String, Error> {
+        query_database_keyed(&hop.client, hop.next).await
+    }
+
+    #[resilient(
+        retries = 3,
+        base_ms = 1,
+        cap_ms = 5,
+        deadline_ms = 10000,
+        timeout_ms = 150
+    )]
+    async fn call_b_keyed(
+        client: &reqwest::Client,
+        key: &IdempotencyKey,
+        b: SocketAddr,
+    ) -> Result<String, Error> {
+        let response = client
+            .post(format!("http://{b}/b"))
+            .idempotency_key(key)
+            .body("charge")
+            .send_checked()
+            .await?;
+        Ok(response.text().await?)
+    }
+
+    #[resilient(retries = 3, base_ms = 1, cap_ms = 5, deadline_ms = 10000)]
+    async fn call_b_plain(
+        client: &reqwest::Client,
+        key: &IdempotencyKey,
+        b: SocketAddr,
+    ) -> Result<String, Error> {
+        let _ = key;
+        let response = client
+            .post(format!("http://{b}/b"))
+            .body("charge")
+            .send_checked()
+            .await?;
+        Ok(response.text().await?)
+    }
+
+    async fn start_keyed(outage: Outage) -> (SocketAddr, Arc<AtomicU32>) {
+        let client = reqwest::Client::new();
+        let queries = Arc::new(AtomicU32::new(0));
+        let db = serve(
+            Router::new()
+                .route("/query", get(database))
+                .with_state((queries.clone(), outage)),
+        )
+        .await;
+        let b = serve(
+            Router::new()
+                .route("/b", post(service_b_keyed))
+                .with_state(Hop { client, next: db })
+                .layer(IdempotencyLayer::new())
+                .layer(ResilienceLayer::new()),
+        )
+        .await;
+        (b, queries)
+    }
+
+    async fn per_request(
+        outage: Outage,
+        keyed: bool,
+        n: u32,
+    ) -> Vec<(u32, Option<StatusCode>, bool)> {
+        let (b, queries) = start_keyed(outage).await;
+        let client = reqwest::Client::new();
+        let mut out = Vec::new();
+        for _ in 0..n {
+            let before = queries.load(Ordering::SeqCst);
+            let key = IdempotencyKey::random();
+            let err = if keyed {
+                call_b_keyed(&client, &key, b).await.unwrap_err()
+            } else {
+                call_b_plain(&client, &key, b).await.unwrap_err()
+            };
+            // let B's detached handlers finish
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            out.push((
+                queries.load(Ordering::SeqCst) - before,
+                err.status(),
+                err.is_do_not_retry(),
+            ));
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn down_database_without_key() {
+        for (attempts, status, dnr) in per_request(Outage::Down, false, 2).await {
+            assert_eq!(attempts, 4, "{status:?} dnr={dnr}");
+            assert!(dnr);
+        }
+    }
+
+    #[tokio::test]
+    async fn down_database_with_key() {
+        for (attempts, status, dnr) in per_request(Outage::Down, true, 2).await {
+            assert!(attempts <= 4, "{attempts} attempts; {status:?} dnr={dnr}");
+            assert!(dnr, "{attempts} attempts; {status:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn hanging_database_without_key() {
+        for (attempts, status, dnr) in per_request(Outage::Hanging, false, 2).await {
+            assert!(attempts <= 4, "{attempts} attempts; {status:?} dnr={dnr}");
+            assert!(
+                dnr,
+                "control: without a key B's 504 says Do-Not-Retry; {attempts} attempts; {status:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn hanging_database_with_key() {
+        for (attempts, status, dnr) in per_request(Outage::Hanging, true, 2).await {
+            assert!(attempts <= 4, "{attempts} attempts; {status:?} dnr={dnr}");
+            // Before, B's handler ran on the idempotency layer's own task, out
+            // of `ResilienceLayer`'s sight: its 504 was unmarked, and A retried.
+            assert!(
+                dnr,
+                "with an Idempotency-Key, B retried the database ({attempts} attempts) but its {status:?} carries no Do-Not-Retry"
+            );
+        }
+    }
+
+    #[resilient(retries = 2, idempotent, base_ms = 1, cap_ms = 1)]
+    async fn flaky_dependency(calls: &AtomicU32) -> Result<(), std::io::Error> {
+        if calls.fetch_add(1, Ordering::SeqCst) & 1 == 0 {
+            return Err(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        }
+        Ok(())
+    }
+
+    async fn pay_after_a_retry(State(calls): State<Arc<AtomicU32>>) -> (StatusCode, &'static str) {
+        // One dependency retried once and succeeded; a later step failed.
+        flaky_dependency(&calls).await.unwrap();
+        (StatusCode::BAD_GATEWAY, "step two failed")
+    }
+
+    /// A handler whose annotated call retried, then failed in a later step:
+    /// marked "do not retry" with an `Idempotency-Key` as without one (before,
+    /// the idempotency layer's task hid the retry from `ResilienceLayer`, and
+    /// the layer itself marked only give-ups).
+    #[tokio::test]
+    async fn a_failure_after_a_retry_says_do_not_retry_also_for_keyed_requests() {
+        let calls = Arc::new(AtomicU32::new(0));
+        let app = Router::new()
+            .route("/pay", post(pay_after_a_retry))
+            .with_state(calls.clone())
+            .layer(IdempotencyLayer::new())
+            .layer(ResilienceLayer::new());
+        let addr = serve(app).await;
+        let client = reqwest::Client::new();
+
+        let plain = client
+            .post(format!("http://{addr}/pay"))
+            .body("x")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(plain.status(), 502);
+        let plain_mark = plain.headers().get("do-not-retry").cloned();
+
+        let keyed = client
+            .post(format!("http://{addr}/pay"))
+            .header("idempotency-key", "key-1")
+            .body("x")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(keyed.status(), 502);
+        let keyed_mark = keyed.headers().get("do-not-retry").cloned();
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            4,
+            "each request: one failure, one retry"
+        );
+        assert_eq!(
+            plain_mark.as_ref().map(|v| v.as_bytes()),
+            Some(&b"?1"[..]),
+            "without a key"
+        );
+        assert_eq!(
+            keyed_mark.as_ref().map(|v| v.as_bytes()),
+            Some(&b"?1"[..]),
+            "with an Idempotency-Key the same handler, which retried, is not marked"
+        );
+    }
+}

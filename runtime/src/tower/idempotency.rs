@@ -524,11 +524,13 @@ where
     ResB: Body<Data = Bytes>,
     ResB::Error: Into<BoxError>,
 {
-    // Whether the handler gave up is part of its answer: a replay must say
-    // "do not retry" as the first did.
+    // Whether the handler gave up or retried is part of its answer: a
+    // replay must say "do not retry" as the first did.
     let (response, report) = crate::observe(inner.call(request)).await;
     let (mut parts, body) = response?.into_parts();
-    if report.gave_up() && (parts.status.is_client_error() || parts.status.is_server_error()) {
+    if super::already_retried(&report)
+        && (parts.status.is_client_error() || parts.status.is_server_error())
+    {
         crate::http::set_do_not_retry(&mut parts.headers);
     }
     // An answer that says "not processed" is not kept, unless an annotated
@@ -699,6 +701,11 @@ where
                         };
                         #[cfg(feature = "tracing")]
                         let run = tracing::Instrument::in_current_span(run);
+                        // Part of this request for an `observe` around it
+                        // (`ResilienceLayer`'s, which marks the answer "do
+                        // not retry" when the handler retried, also when
+                        // its deadline cuts the request while this runs).
+                        let run = crate::report::linked(crate::report::link(), run);
                         return match runtime.spawn(crate::propagate(run)).await {
                             Ok(answer) => answer,
                             // It panicked (or was cancelled): the guard kept

@@ -237,7 +237,7 @@ fn is_grpc<B>(request: &Request<B>) -> bool {
 
 /// This service already retried (or a call in it gave up): a caller
 /// retrying its failure would multiply the attempts.
-fn already_retried(report: &crate::Report) -> bool {
+pub(crate) fn already_retried(report: &crate::Report) -> bool {
     report.gave_up() || report.retries() > 0
 }
 
