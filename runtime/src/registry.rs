@@ -165,7 +165,7 @@ impl Registry {
         if !self.inner.strict {
             if let Err(unconfigured) = self.check_names() {
                 tracing::info!(
-                    "resilient: names with no configuration get the defaults: {unconfigured}"
+                    "resilient: names with no configuration get the defaults (and throttles no function uses guard nothing): {unconfigured}"
                 );
             }
         }
@@ -187,6 +187,9 @@ impl Registry {
     /// configuration. A budget is only checked where a function names it
     /// with `budget = "…"`: one that comes with a breaker's name is the
     /// default budget when not configured, even in a strict registry.
+    /// It also reports every configured throttle that no annotated function
+    /// names as its breaker: a throttle guards only the calls of the breaker
+    /// with its name, so such a throttle (a misspelt name) guards nothing.
     ///
     /// The attribute records each function's names in a list the linker
     /// assembles (with the `linkme` feature, on by default); the list covers
@@ -233,7 +236,7 @@ impl Registry {
                 }
             }
         }
-        let problems = missing
+        let mut problems: Vec<Problem> = missing
             .into_iter()
             .map(|((section, name), mut users)| {
                 users.sort_by_key(|s| (s.function, s.file, s.line));
@@ -258,6 +261,26 @@ impl Registry {
                 )
             })
             .collect();
+        // A throttle guards the calls of the breaker with its name, and
+        // nothing else names it: one no function's breaker matches (a
+        // misspelt name) would guard nothing, silently. Known only where
+        // the list of functions is (`linkme`).
+        let mut throttles: Vec<&str> = self.inner.throttles.keys().map(|n| &**n).collect();
+        throttles.sort_unstable();
+        if !sites().is_empty() {
+            for name in throttles {
+                if !sites().iter().any(|site| site.breaker == Some(name)) {
+                    problems.push(Problem::part(
+                        "throttle",
+                        name,
+                        format!(
+                            "guards nothing: a throttle guards the calls of the breaker with its name, and no annotated function names `breaker = \"{name}\"`; correct the name (`[throttles.{}]`), or remove it",
+                            key_path(name),
+                        ),
+                    ));
+                }
+            }
+        }
         ConfigError::from_problems(problems)
     }
 

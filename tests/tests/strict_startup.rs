@@ -109,3 +109,31 @@ fn a_lenient_registry_reports_but_does_not_require_names() {
     let err = lenient.check_names().unwrap_err();
     assert!(err.to_string().contains("breaker `fraud`"), "{err}");
 }
+
+/// A throttle guards the calls of the breaker with its name: one under a
+/// name no function's breaker has (a typo) guarded nothing, and even a
+/// strict registry accepted it (review 8).
+#[test]
+fn a_throttle_no_function_uses_is_reported() {
+    let with_throttle = |name: &str| {
+        Registry::builder()
+            .strict(true)
+            .breaker("ledger", BreakerConfig::default())
+            .breaker("fraud", BreakerConfig::default())
+            .budget("ledger-retries", BudgetConfig::default())
+            .bulkhead("fraud-pool", BulkheadConfig::default())
+            .throttle(name, resilient::ThrottleConfig::default())
+            .build()
+            .unwrap()
+    };
+    assert!(with_throttle("fraud").check_names().is_ok());
+    let err = with_throttle("fruad").check_names().unwrap_err();
+    assert_eq!(err.problems().len(), 1, "{err}");
+    let problem = &err.problems()[0];
+    assert_eq!(
+        (problem.section(), problem.name()),
+        ("throttle", Some("fruad"))
+    );
+    assert!(problem.reason().contains("guards nothing"), "{err}");
+    assert!(problem.reason().contains("[throttles.fruad]"), "{err}");
+}
