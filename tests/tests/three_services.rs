@@ -259,7 +259,7 @@ async fn b_runs_under_the_clients_deadline_carried_by_a() {
     assert!((2501..=5000).contains(&header), "{header}");
 }
 
-// The user's client with a breaker on A: A answers every request with 502
+// The user's client with a breaker on A: A answers every request with 503
 // `Do-Not-Retry` while the database behind B is down. That answer is not
 // retried, but it is A failing, and the breaker must open on it: before,
 // it was classified permanent, which a breaker ignores, so a client kept
@@ -309,7 +309,13 @@ async fn a_breaker_opens_on_a_service_whose_own_dependency_is_down() {
         if i < 4 {
             // Not retried: one request through A, B's four queries.
             assert_eq!(*queries, 4, "request {i}: {err:?}");
-            assert_eq!(err.status(), Some(StatusCode::BAD_GATEWAY), "{err:?}");
+            // The database did nothing (503s): neither did A, as its 503
+            // says.
+            assert_eq!(
+                err.status(),
+                Some(StatusCode::SERVICE_UNAVAILABLE),
+                "{err:?}"
+            );
             assert_eq!(
                 err.classify(),
                 Classification::DoNotRetry { retry_after: None }
@@ -801,6 +807,205 @@ mod keyed {
             keyed_mark.as_ref().map(|v| v.as_bytes()),
             Some(&b"?1"[..]),
             "with an Idempotency-Key the same handler, which retried, is not marked"
+        );
+    }
+}
+
+/// `Error::to_response` against `IdempotencyLayer` and callers that retry
+/// 500s (review 9): C a stub dependency, B a resilient service calling it,
+/// A the test.
+mod not_processed {
+    use super::*;
+    use axum::http::HeaderValue;
+    use axum::routing::post;
+    use resilient::tower::IdempotencyLayer;
+    use resilient::{BreakerConfig, Registry, SlidingWindow, State as BState};
+    use std::sync::Mutex;
+
+    #[derive(Clone, Copy, PartialEq, Debug)]
+    enum C {
+        /// What a resilient service answers when its bulkhead is full, it
+        /// sheds load, or its breaker is forced open (`refusal_response`):
+        /// 503 + `Do-Not-Retry: ?1`, no `Retry-After`. Nothing was processed.
+        Refusing,
+        /// Overloaded, plain 503 with no `Retry-After`: nothing processed.
+        Overloaded,
+        /// 408: the dependency never finished receiving the request (RFC 9110
+        /// §15.5.9): nothing processed.
+        RequestTimeout,
+        /// The caller's own mistake.
+        NotFound,
+        Ok,
+    }
+
+    #[derive(Default)]
+    struct Stub {
+        mode: Mutex<Option<C>>,
+        queries: AtomicU32,
+    }
+
+    async fn c_handler(State(stub): State<Arc<Stub>>) -> Response {
+        stub.queries.fetch_add(1, Ordering::SeqCst);
+        let mode = stub.mode.lock().unwrap().unwrap();
+        match mode {
+            C::Refusing => {
+                let mut h = HeaderMap::new();
+                h.insert("do-not-retry", HeaderValue::from_static("?1"));
+                (StatusCode::SERVICE_UNAVAILABLE, h).into_response()
+            }
+            C::Overloaded => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+            C::RequestTimeout => StatusCode::REQUEST_TIMEOUT.into_response(),
+            C::NotFound => StatusCode::NOT_FOUND.into_response(),
+            C::Ok => "charged".into_response(),
+        }
+    }
+
+    #[resilient(retries = 2, idempotent, base_ms = 1, cap_ms = 5, deadline_ms = 5000)]
+    async fn call_c(client: &reqwest::Client, c: SocketAddr) -> Result<String, Error> {
+        let r = client.post(format!("http://{c}/c")).send_checked().await?;
+        Ok(r.text().await?)
+    }
+
+    #[derive(Clone)]
+    struct Hop {
+        client: reqwest::Client,
+        c: SocketAddr,
+        b_runs: Arc<AtomicU32>,
+    }
+
+    async fn b_handler(State(hop): State<Hop>) -> Result<String, Error> {
+        hop.b_runs.fetch_add(1, Ordering::SeqCst);
+        call_c(&hop.client, hop.c).await
+    }
+
+    async fn start_b(mode: C) -> (SocketAddr, Arc<Stub>, Arc<AtomicU32>) {
+        let stub = Arc::new(Stub::default());
+        *stub.mode.lock().unwrap() = Some(mode);
+        let c = serve(
+            Router::new()
+                .route("/c", post(c_handler))
+                .with_state(stub.clone()),
+        )
+        .await;
+        let b_runs = Arc::new(AtomicU32::new(0));
+        let hop = Hop {
+            client: reqwest::Client::new(),
+            c,
+            b_runs: b_runs.clone(),
+        };
+        // As the README sets a server up.
+        let b = serve(
+            Router::new()
+                .route("/b", post(b_handler))
+                .with_state(hop)
+                .layer(IdempotencyLayer::new())
+                .layer(ResilienceLayer::new()),
+        )
+        .await;
+        (b, stub, b_runs)
+    }
+
+    /// C refused before processing anything, and no attempt may have taken
+    /// effect: B answers 503, "not processed", which the key does not keep, so
+    /// the client's retry with the same key runs once C has recovered. (B
+    /// answered 502, or 504 for C's 408s, which the key kept for 24 h: the
+    /// charge could never be made under that key.)
+    async fn key_after_not_processed(mode: C) {
+        let (b, stub, b_runs) = start_b(mode).await;
+        let client = reqwest::Client::new();
+        let key = "order-9";
+        let first = client
+            .post(format!("http://{b}/b"))
+            .header("idempotency-key", key)
+            .send()
+            .await
+            .unwrap();
+        let first_status = first.status();
+        let first_dnr = first.headers().get("do-not-retry").cloned();
+        let c_queries = stub.queries.load(Ordering::SeqCst);
+        // C recovers; the client retries with the same key.
+        *stub.mode.lock().unwrap() = Some(C::Ok);
+        let second = client
+            .post(format!("http://{b}/b"))
+            .header("idempotency-key", key)
+            .send()
+            .await
+            .unwrap();
+        let second_status = second.status();
+        let replayed = second.headers().get("idempotent-replayed").cloned();
+        let body = second.text().await.unwrap();
+        assert_eq!(
+            (second_status, b_runs.load(Ordering::SeqCst)),
+            (StatusCode::OK, 2),
+            "C answered {mode:?} ({c_queries} queries, none processed); B's first answer {first_status} \
+             (do-not-retry {first_dnr:?}); the retry with the same key after C recovered got \
+             {second_status} (replayed {replayed:?}): {body}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_dependencys_refusal_without_retry_after_is_not_kept_for_the_key() {
+        key_after_not_processed(C::Refusing).await;
+    }
+
+    #[tokio::test]
+    async fn a_dependencys_plain_503s_are_not_kept_for_the_key() {
+        key_after_not_processed(C::Overloaded).await;
+    }
+
+    #[tokio::test]
+    async fn a_dependencys_408s_are_not_kept_for_the_key() {
+        key_after_not_processed(C::RequestTimeout).await;
+    }
+
+    #[resilient(
+        breaker = "service-b",
+        deadline_ms = 5000,
+        classify = resilient::http::classify_retrying_500
+    )]
+    async fn call_b_retrying_500(client: &reqwest::Client, b: SocketAddr) -> Result<String, Error> {
+        let r = client.post(format!("http://{b}/b")).send_checked().await?;
+        Ok(r.text().await?)
+    }
+
+    /// `Error::to_response` answers a dependency's refusal of the request
+    /// (C's 404: A's own mistake) with 500 + `Do-Not-Retry`: permanent also
+    /// for a caller that retries 500s (`classify_retrying_500`), whose breaker
+    /// on B opened on its own bad requests (it took the marked 500 for
+    /// `DoNotRetry`, a failure).
+    #[tokio::test]
+    async fn a_forwarded_client_error_leaves_a_retrying_500_callers_breaker_closed() {
+        let (b, _stub, _) = start_b(C::NotFound).await;
+        let registry = Registry::builder()
+            .breaker(
+                "service-b",
+                BreakerConfig::default()
+                    .sliding_window(SlidingWindow::CountBased { size: 4 })
+                    .minimum_number_of_calls(4)
+                    .wait_duration_in_open_state(Duration::from_secs(60)),
+            )
+            .build()
+            .unwrap();
+        let client = reqwest::Client::new();
+        let mut seen = Vec::new();
+        registry
+            .scope(async {
+                for _ in 0..6 {
+                    let e = call_b_retrying_500(&client, b).await.unwrap_err();
+                    seen.push((
+                        e.status(),
+                        resilient::http::classify_retrying_500(&e),
+                        e.classify(),
+                        e.refusal().map(|r| r.kind()),
+                    ));
+                }
+            })
+            .await;
+        let breaker = registry.breaker("service-b").unwrap();
+        assert_eq!(
+            breaker.state(),
+            BState::Closed,
+            "A's breaker on B opened on 404s of A's own requests: {seen:?}"
         );
     }
 }
