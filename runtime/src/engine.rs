@@ -783,6 +783,16 @@ impl<C> Call<C> {
             Cause::Refused(_) => {
                 telemetry::failed(self.policy, span, number, cause, error, describe, "refused")
             }
+            // A give-up (`settle`), logged as the retry loop logs its own.
+            Cause::Error(Classification::DoNotRetry { .. }) => telemetry::gave_up(
+                self.policy,
+                span,
+                number,
+                cause,
+                error,
+                describe,
+                "the dependency said not to retry",
+            ),
             _ => telemetry::failed(
                 self.policy,
                 span,

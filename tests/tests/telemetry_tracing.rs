@@ -323,6 +323,45 @@ async fn giving_up_after_the_retries_is_a_warning_that_says_why() {
     assert_eq!(ours[1].field("deadline_left_ms"), "9900");
 }
 
+/// The dependency said not to retry: the call gives up (review 9: it was
+/// logged as a DEBUG "not retried here", though `observe` reported a
+/// give-up and the server's answer said so).
+#[derive(Debug)]
+struct SaidNo;
+
+impl From<resilient::Error> for SaidNo {
+    fn from(_: resilient::Error) -> Self {
+        SaidNo
+    }
+}
+
+impl Classify for SaidNo {
+    fn classify(&self) -> Classification {
+        Classification::DoNotRetry { retry_after: None }
+    }
+}
+
+#[resilient(retries = 2, idempotent)]
+async fn told_not_to_retry() -> Result<u32, SaidNo> {
+    Err(SaidNo)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_do_not_retry_answer_is_a_give_up_warning() {
+    let (captured, _guard) = capture(LevelFilter::TRACE);
+    let (result, report) = resilient::observe(told_not_to_retry()).await;
+    assert!(result.is_err());
+    assert!(report.gave_up());
+    let ours = captured.resilient_events();
+    assert_eq!(ours.len(), 1, "{ours:?}");
+    assert_eq!(
+        (ours[0].level, ours[0].message()),
+        (Level::WARN, "call failed; giving up")
+    );
+    assert_eq!(ours[0].field("why"), "the dependency said not to retry");
+    assert_eq!(ours[0].field("class"), "do_not_retry");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_permanent_failure_is_debug_and_not_retried() {
     let (captured, _guard) = capture(LevelFilter::TRACE);
