@@ -165,7 +165,17 @@ impl Registry {
         if !self.inner.strict {
             if let Err(unconfigured) = self.check_names() {
                 tracing::info!(
-                    "resilient: names with no configuration get the defaults (and throttles no function uses guard nothing): {unconfigured}"
+                    "resilient: names with no configuration get the defaults: {unconfigured}"
+                );
+            }
+        }
+        #[cfg(feature = "tracing")]
+        {
+            let unused = self.unused_throttles();
+            if !unused.is_empty() {
+                tracing::warn!(
+                    "resilient: throttles that guard no annotated call (no function names them as its breaker): {}",
+                    unused.join(", ")
                 );
             }
         }
@@ -187,9 +197,6 @@ impl Registry {
     /// configuration. A budget is only checked where a function names it
     /// with `budget = "…"`: one that comes with a breaker's name is the
     /// default budget when not configured, even in a strict registry.
-    /// It also reports every configured throttle that no annotated function
-    /// names as its breaker: a throttle guards only the calls of the breaker
-    /// with its name, so such a throttle (a misspelt name) guards nothing.
     ///
     /// The attribute records each function's names in a list the linker
     /// assembles (with the `linkme` feature, on by default); the list covers
@@ -236,7 +243,7 @@ impl Registry {
                 }
             }
         }
-        let mut problems: Vec<Problem> = missing
+        let problems = missing
             .into_iter()
             .map(|((section, name), mut users)| {
                 users.sort_by_key(|s| (s.function, s.file, s.line));
@@ -261,27 +268,48 @@ impl Registry {
                 )
             })
             .collect();
-        // A throttle guards the calls of the breaker with its name, and
-        // nothing else names it: one no function's breaker matches (a
-        // misspelt name) would guard nothing, silently. Known only where
-        // the list of functions is (`linkme`).
-        let mut throttles: Vec<&str> = self.inner.throttles.keys().map(|n| &**n).collect();
-        throttles.sort_unstable();
-        if !sites().is_empty() {
-            for name in throttles {
-                if !sites().iter().any(|site| site.breaker == Some(name)) {
-                    problems.push(Problem::part(
-                        "throttle",
-                        name,
-                        format!(
-                            "guards nothing: a throttle guards the calls of the breaker with its name, and no annotated function names `breaker = \"{name}\"`; correct the name (`[throttles.{}]`), or remove it",
-                            key_path(name),
-                        ),
-                    ));
-                }
-            }
-        }
         ConfigError::from_problems(problems)
+    }
+
+    /// The configured throttles that no annotated function in this program
+    /// names as its breaker, by name. A throttle guards the calls of the
+    /// breaker with its name (and nothing else names it), so one listed
+    /// here guards no annotated call: a misspelt name, a dependency this
+    /// program does not call (a configuration file shared by services), or
+    /// one used by hand through [`throttle`](Registry::throttle).
+    /// [`install`](Registry::install) logs them as a warning (with the
+    /// `tracing` feature); assert on them in a start-up test to refuse
+    /// them. Empty where the list of annotated functions is not available
+    /// (without the `linkme` feature), as for [`check_names`](Registry::check_names).
+    ///
+    /// ```standalone_crate
+    /// use resilient::{BreakerConfig, Registry, ThrottleConfig, resilient};
+    ///
+    /// #[resilient(breaker = "payments")]
+    /// async fn charge() -> Result<(), std::io::Error> { Ok(()) }
+    ///
+    /// let registry = Registry::builder()
+    ///     .breaker("payments", BreakerConfig::default())
+    ///     .throttle("paymnets", ThrottleConfig::default())
+    ///     .build()
+    ///     .unwrap();
+    /// # #[cfg(feature = "linkme")]
+    /// assert_eq!(registry.unused_throttles(), ["paymnets"]);
+    /// ```
+    pub fn unused_throttles(&self) -> Vec<&str> {
+        let sites = sites();
+        if sites.is_empty() {
+            return Vec::new();
+        }
+        let mut unused: Vec<&str> = self
+            .inner
+            .throttles
+            .keys()
+            .map(|name| &**name)
+            .filter(|&name| !sites.iter().any(|site| site.breaker == Some(name)))
+            .collect();
+        unused.sort_unstable();
+        unused
     }
 
     /// The global registry: the installed one, or a default one.

@@ -111,10 +111,12 @@ fn a_lenient_registry_reports_but_does_not_require_names() {
 }
 
 /// A throttle guards the calls of the breaker with its name: one under a
-/// name no function's breaker has (a typo) guarded nothing, and even a
-/// strict registry accepted it (review 8).
+/// name no function's breaker has (a typo) guards nothing, which nothing
+/// said (review 8). It is listed, and `install` logs it; a strict registry
+/// still installs it (review 9: a throttle used by hand, or configured in a
+/// file shared by services, is no mistake).
 #[test]
-fn a_throttle_no_function_uses_is_reported() {
+fn a_throttle_no_function_uses_is_listed_but_not_refused() {
     let with_throttle = |name: &str| {
         Registry::builder()
             .strict(true)
@@ -126,14 +128,8 @@ fn a_throttle_no_function_uses_is_reported() {
             .build()
             .unwrap()
     };
-    assert!(with_throttle("fraud").check_names().is_ok());
-    let err = with_throttle("fruad").check_names().unwrap_err();
-    assert_eq!(err.problems().len(), 1, "{err}");
-    let problem = &err.problems()[0];
-    assert_eq!(
-        (problem.section(), problem.name()),
-        ("throttle", Some("fruad"))
-    );
-    assert!(problem.reason().contains("guards nothing"), "{err}");
-    assert!(problem.reason().contains("[throttles.fruad]"), "{err}");
+    assert!(with_throttle("fraud").unused_throttles().is_empty());
+    let typo = with_throttle("fruad");
+    assert_eq!(typo.unused_throttles(), ["fruad"]);
+    assert!(typo.check_names().is_ok());
 }
