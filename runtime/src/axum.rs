@@ -28,7 +28,7 @@ impl IntoResponse for crate::Error {
     }
 }
 
-/// 502, 503 (a dependency asked to wait), 504 (a timeout) or 500 (the
+/// 502, 503 (a dependency asked to wait), 504 (a timeout) or 424 (the
 /// dependency refused the request itself) with a problem+json body,
 /// `Do-Not-Retry` when retrying this service cannot help: see
 /// [`Error::to_response`](crate::http::Error::to_response).

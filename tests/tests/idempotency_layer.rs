@@ -333,49 +333,6 @@ async fn gives_up() -> Result<String, resilient::http::Error> {
     dependency_down().await
 }
 
-static REFUSED_RUNS: AtomicU32 = AtomicU32::new(0);
-
-// The connection was refused: the dependency certainly did nothing.
-#[resilient::resilient(retries = 1, idempotent, base_ms = 1, cap_ms = 1)]
-async fn dependency_refuses() -> Result<String, resilient::http::Error> {
-    Err(resilient::http::Error::not_sent("connection refused"))
-}
-
-async fn gives_up_on_a_refusing_dependency() -> Result<String, resilient::http::Error> {
-    REFUSED_RUNS.fetch_add(1, Ordering::SeqCst);
-    dependency_refuses().await
-}
-
-/// Review 9: a dependency that certainly did nothing (refused, unreachable,
-/// a 503 or 408) was answered 502 (or 504), which the key kept for a day:
-/// after the dependency recovered, a retry with the same key got the stored
-/// failure, and the charge could not be made with that key. It is answered
-/// 503, "not processed", which the key does not keep.
-#[tokio::test]
-async fn a_dependency_that_did_nothing_leaves_the_key_free() {
-    use resilient::tower::ResilienceLayer;
-    let router = Router::new()
-        .route("/charges", post(gives_up_on_a_refusing_dependency))
-        .layer(IdempotencyLayer::new())
-        .layer(ResilienceLayer::new());
-    let addr = listen(router).await;
-    let client = reqwest::Client::new();
-    let send = || {
-        client
-            .post(format!("http://{addr}/charges"))
-            .header("idempotency-key", "refused")
-            .body("1")
-            .send()
-    };
-    let first = send().await.unwrap();
-    assert_eq!(first.status(), StatusCode::SERVICE_UNAVAILABLE);
-    // This service already retried: its caller does not, now.
-    assert!(resilient::http::is_do_not_retry(first.headers()));
-    let again = send().await.unwrap();
-    assert!(again.headers().get("idempotent-replayed").is_none());
-    assert_eq!(REFUSED_RUNS.load(Ordering::SeqCst), 2);
-}
-
 /// Regression: with `ResilienceLayer` outside `IdempotencyLayer` (the
 /// README's order), the first answer said `Do-Not-Retry` but its replay did
 /// not, so a client retried the same stored failure.

@@ -259,7 +259,7 @@ async fn b_runs_under_the_clients_deadline_carried_by_a() {
     assert!((2501..=5000).contains(&header), "{header}");
 }
 
-// The user's client with a breaker on A: A answers every request with 503
+// The user's client with a breaker on A: A answers every request with 502
 // `Do-Not-Retry` while the database behind B is down. That answer is not
 // retried, but it is A failing, and the breaker must open on it: before,
 // it was classified permanent, which a breaker ignores, so a client kept
@@ -309,13 +309,7 @@ async fn a_breaker_opens_on_a_service_whose_own_dependency_is_down() {
         if i < 4 {
             // Not retried: one request through A, B's four queries.
             assert_eq!(*queries, 4, "request {i}: {err:?}");
-            // The database did nothing (503s): neither did A, as its 503
-            // says.
-            assert_eq!(
-                err.status(),
-                Some(StatusCode::SERVICE_UNAVAILABLE),
-                "{err:?}"
-            );
+            assert_eq!(err.status(), Some(StatusCode::BAD_GATEWAY), "{err:?}");
             assert_eq!(
                 err.classify(),
                 Classification::DoNotRetry { retry_after: None }
@@ -445,7 +439,7 @@ mod do_not_retry {
 
     /// C answers 404 to every request: the callers' own mistake, which a
     /// breaker counts as neither success nor failure. B passes its permanent
-    /// failure on with `to_response`: 500 + `Do-Not-Retry` (it was 502, which
+    /// failure on with `to_response`: 424 + `Do-Not-Retry` (it was 502, which
     /// A then classified `DoNotRetry`, a failure: A's breaker on B opened on
     /// its own bad requests, and refused the good ones after it).
     #[tokio::test]
@@ -481,7 +475,7 @@ mod do_not_retry {
             assert_eq!(
                 seen,
                 &(
-                    Some(StatusCode::INTERNAL_SERVER_ERROR),
+                    Some(StatusCode::FAILED_DEPENDENCY),
                     Classification::Permanent,
                     None
                 )
@@ -811,12 +805,10 @@ mod keyed {
     }
 }
 
-/// `Error::to_response` against `IdempotencyLayer` and callers that retry
-/// 500s (review 9): C a stub dependency, B a resilient service calling it,
-/// A the test.
-mod not_processed {
+/// `Error::to_response` against callers that retry 500s (review 9): C a
+/// stub dependency, B a resilient service calling it, A the test.
+mod retrying_500 {
     use super::*;
-    use axum::http::HeaderValue;
     use axum::routing::post;
     use resilient::tower::IdempotencyLayer;
     use resilient::{BreakerConfig, Registry, SlidingWindow, State as BState};
@@ -824,18 +816,8 @@ mod not_processed {
 
     #[derive(Clone, Copy, PartialEq, Debug)]
     enum C {
-        /// What a resilient service answers when its bulkhead is full, it
-        /// sheds load, or its breaker is forced open (`refusal_response`):
-        /// 503 + `Do-Not-Retry: ?1`, no `Retry-After`. Nothing was processed.
-        Refusing,
-        /// Overloaded, plain 503 with no `Retry-After`: nothing processed.
-        Overloaded,
-        /// 408: the dependency never finished receiving the request (RFC 9110
-        /// §15.5.9): nothing processed.
-        RequestTimeout,
         /// The caller's own mistake.
         NotFound,
-        Ok,
     }
 
     #[derive(Default)]
@@ -848,15 +830,7 @@ mod not_processed {
         stub.queries.fetch_add(1, Ordering::SeqCst);
         let mode = stub.mode.lock().unwrap().unwrap();
         match mode {
-            C::Refusing => {
-                let mut h = HeaderMap::new();
-                h.insert("do-not-retry", HeaderValue::from_static("?1"));
-                (StatusCode::SERVICE_UNAVAILABLE, h).into_response()
-            }
-            C::Overloaded => StatusCode::SERVICE_UNAVAILABLE.into_response(),
-            C::RequestTimeout => StatusCode::REQUEST_TIMEOUT.into_response(),
             C::NotFound => StatusCode::NOT_FOUND.into_response(),
-            C::Ok => "charged".into_response(),
         }
     }
 
@@ -905,59 +879,6 @@ mod not_processed {
         (b, stub, b_runs)
     }
 
-    /// C refused before processing anything, and no attempt may have taken
-    /// effect: B answers 503, "not processed", which the key does not keep, so
-    /// the client's retry with the same key runs once C has recovered. (B
-    /// answered 502, or 504 for C's 408s, which the key kept for 24 h: the
-    /// charge could never be made under that key.)
-    async fn key_after_not_processed(mode: C) {
-        let (b, stub, b_runs) = start_b(mode).await;
-        let client = reqwest::Client::new();
-        let key = "order-9";
-        let first = client
-            .post(format!("http://{b}/b"))
-            .header("idempotency-key", key)
-            .send()
-            .await
-            .unwrap();
-        let first_status = first.status();
-        let first_dnr = first.headers().get("do-not-retry").cloned();
-        let c_queries = stub.queries.load(Ordering::SeqCst);
-        // C recovers; the client retries with the same key.
-        *stub.mode.lock().unwrap() = Some(C::Ok);
-        let second = client
-            .post(format!("http://{b}/b"))
-            .header("idempotency-key", key)
-            .send()
-            .await
-            .unwrap();
-        let second_status = second.status();
-        let replayed = second.headers().get("idempotent-replayed").cloned();
-        let body = second.text().await.unwrap();
-        assert_eq!(
-            (second_status, b_runs.load(Ordering::SeqCst)),
-            (StatusCode::OK, 2),
-            "C answered {mode:?} ({c_queries} queries, none processed); B's first answer {first_status} \
-             (do-not-retry {first_dnr:?}); the retry with the same key after C recovered got \
-             {second_status} (replayed {replayed:?}): {body}"
-        );
-    }
-
-    #[tokio::test]
-    async fn a_dependencys_refusal_without_retry_after_is_not_kept_for_the_key() {
-        key_after_not_processed(C::Refusing).await;
-    }
-
-    #[tokio::test]
-    async fn a_dependencys_plain_503s_are_not_kept_for_the_key() {
-        key_after_not_processed(C::Overloaded).await;
-    }
-
-    #[tokio::test]
-    async fn a_dependencys_408s_are_not_kept_for_the_key() {
-        key_after_not_processed(C::RequestTimeout).await;
-    }
-
     #[resilient(
         breaker = "service-b",
         deadline_ms = 5000,
@@ -969,10 +890,10 @@ mod not_processed {
     }
 
     /// `Error::to_response` answers a dependency's refusal of the request
-    /// (C's 404: A's own mistake) with 500 + `Do-Not-Retry`: permanent also
+    /// (C's 404: A's own mistake) with 424 + `Do-Not-Retry`: permanent also
     /// for a caller that retries 500s (`classify_retrying_500`), whose breaker
-    /// on B opened on its own bad requests (it took the marked 500 for
-    /// `DoNotRetry`, a failure).
+    /// on B opened on its own bad requests (it took the marked 500 this
+    /// answer was for `DoNotRetry`, a failure).
     #[tokio::test]
     async fn a_forwarded_client_error_leaves_a_retrying_500_callers_breaker_closed() {
         let (b, _stub, _) = start_b(C::NotFound).await;
@@ -1006,6 +927,425 @@ mod not_processed {
             breaker.state(),
             BState::Closed,
             "A's breaker on B opened on 404s of A's own requests: {seen:?}"
+        );
+    }
+}
+
+/// What a service's answer tells its callers when the request did act
+/// (review 10, against a commit of this stop that answered 503 "not
+/// processed" from the last error alone, and kept a marked 500 permanent
+/// for callers retrying 500s). Each test's comment says the failure it
+/// guards against; all pass on the code as it stands.
+mod answers {
+    use super::*;
+    use axum::routing::post;
+    use resilient::tower::IdempotencyLayer;
+    use resilient::{BreakerConfig, IdempotencyKey, Registry, SlidingWindow, State as BState};
+
+    // ---------------------------------------------------------------------------
+    // 1. A 503 "not processed" for a request whose charge may have been made.
+
+    /// The payment provider: the first charge is made, and its answer comes
+    /// late (after B's attempt timeout); every later request is refused with a
+    /// plain 503 before anything is done.
+    #[derive(Default)]
+    struct Provider {
+        requests: AtomicU32,
+        charges: AtomicU32,
+    }
+
+    async fn provider(State(p): State<Arc<Provider>>) -> Response {
+        if p.requests.fetch_add(1, Ordering::SeqCst) == 0 {
+            p.charges.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            return "charged".into_response();
+        }
+        StatusCode::SERVICE_UNAVAILABLE.into_response()
+    }
+
+    #[resilient(retries = 1, base_ms = 1, cap_ms = 5, timeout_ms = 200)]
+    async fn charge_provider(
+        client: &reqwest::Client,
+        p: SocketAddr,
+        key: &IdempotencyKey,
+    ) -> Result<String, Error> {
+        let r = client
+            .post(format!("http://{p}/charge"))
+            .idempotency_key(key)
+            .send_checked()
+            .await?;
+        Ok(r.text().await?)
+    }
+
+    #[derive(Clone)]
+    struct PayState {
+        client: reqwest::Client,
+        p: SocketAddr,
+    }
+
+    /// Service B: charges the provider with the request's key.
+    async fn pay(
+        State(s): State<PayState>,
+        headers: axum::http::HeaderMap,
+    ) -> Result<String, Error> {
+        let key = headers
+            .get("idempotency-key")
+            .and_then(|v| v.to_str().ok())
+            .map(|k| IdempotencyKey::from_stable_id(k).unwrap())
+            .unwrap_or_else(IdempotencyKey::random);
+        charge_provider(&s.client, s.p, &key).await
+    }
+
+    /// The client of B, as the README's client: retries, then reconciles when
+    /// the report says the charge may have been made.
+    #[resilient(retries = 2, base_ms = 1, cap_ms = 5, deadline_ms = 10000)]
+    async fn client_pays(
+        client: &reqwest::Client,
+        b: SocketAddr,
+        key: &IdempotencyKey,
+    ) -> Result<String, Error> {
+        let r = client
+            .post(format!("http://{b}/pay"))
+            .idempotency_key(key)
+            .send_checked()
+            .await?;
+        Ok(r.text().await?)
+    }
+
+    /// B's first attempt at the provider timed out after the request went out
+    /// (the provider charged), its retry got a plain 503. B's answer is 503,
+    /// "the request was not processed", so the client's `observe` says no
+    /// attempt may have taken effect: the client reports "certainly not
+    /// charged" for a charge that was made. (Before the last commits B answered
+    /// 502, which says the work may have been done.)
+    #[tokio::test]
+    async fn a_charge_made_by_an_earlier_attempt_is_answered_not_processed() {
+        let provider_state = Arc::new(Provider::default());
+        let p = serve(
+            Router::new()
+                .route("/charge", post(provider))
+                .with_state(provider_state.clone()),
+        )
+        .await;
+        let b = serve(
+            Router::new()
+                .route("/pay", post(pay))
+                .with_state(PayState {
+                    client: reqwest::Client::new(),
+                    p,
+                })
+                .layer(IdempotencyLayer::new())
+                .layer(ResilienceLayer::new()),
+        )
+        .await;
+        let client = reqwest::Client::new();
+        let key = IdempotencyKey::random();
+        let (result, report) = resilient::observe(client_pays(&client, b, &key)).await;
+        let charges = provider_state.charges.load(Ordering::SeqCst);
+        let status = result.as_ref().err().and_then(|e| e.status());
+        assert_eq!(charges, 1, "the provider charged once");
+        assert!(
+            result.is_ok() || report.may_have_taken_effect(),
+            "the provider charged, but the client was answered {status:?} and its report says \
+             no attempt may have taken effect ('certainly not charged'): {report:?}"
+        );
+    }
+
+    // ---------------------------------------------------------------------------
+    // 2. A service that cannot serve answers 500 + Do-Not-Retry, which a caller
+    //    retrying 500s now takes for its own mistake: its breaker never opens.
+
+    /// B's database: down (connection refused), retried 3 times.
+    #[resilient(retries = 3, base_ms = 1, cap_ms = 2, idempotent)]
+    async fn query_db(calls: &AtomicU32) -> Result<u32, std::io::Error> {
+        calls.fetch_add(1, Ordering::SeqCst);
+        Err(std::io::ErrorKind::ConnectionRefused.into())
+    }
+
+    /// Service B, as most handlers are written: its database failing is its
+    /// own 500.
+    async fn b_with_db(State(calls): State<Arc<AtomicU32>>) -> Result<String, StatusCode> {
+        query_db(&calls)
+            .await
+            .map(|n| n.to_string())
+            .map_err(|_| StatusCode::INTERNAL_SERVER_ERROR)
+    }
+
+    #[resilient(
+        breaker = "review10-b",
+        deadline_ms = 5000,
+        classify = resilient::http::classify_retrying_500
+    )]
+    async fn a_calls_b(client: &reqwest::Client, b: SocketAddr) -> Result<String, Error> {
+        let r = client.post(format!("http://{b}/b")).send_checked().await?;
+        Ok(r.text().await?)
+    }
+
+    fn registry_for_b() -> Registry {
+        Registry::builder()
+            .breaker(
+                "review10-b",
+                BreakerConfig::default()
+                    .sliding_window(SlidingWindow::CountBased { size: 4 })
+                    .minimum_number_of_calls(4)
+                    .wait_duration_in_open_state(Duration::from_secs(60)),
+            )
+            .build()
+            .unwrap()
+    }
+
+    async fn breaker_after_failures(b: SocketAddr) -> (BState, Vec<String>) {
+        let registry = registry_for_b();
+        let client = reqwest::Client::new();
+        let mut seen = Vec::new();
+        registry
+            .scope(async {
+                for _ in 0..8 {
+                    let e = a_calls_b(&client, b).await.unwrap_err();
+                    seen.push(format!(
+                        "{:?} dnr={} class={:?} refusal={:?}",
+                        e.status(),
+                        e.is_do_not_retry(),
+                        resilient::http::classify_retrying_500(&e),
+                        e.refusal().map(|r| r.kind()),
+                    ));
+                }
+            })
+            .await;
+        (registry.breaker("review10-b").unwrap().state(), seen)
+    }
+
+    /// B's database is down; B retries it 4 times and answers 500, which
+    /// `ResilienceLayer` marks `Do-Not-Retry` (B gave up). A opted in to
+    /// retrying B's 500s (`classify_retrying_500`: for A, B's 500 means "B
+    /// failing"), and the README says "a 5xx so marked still counts as a
+    /// failure for a breaker: the service behind it gave up on its own
+    /// dependency". `StatusPolicy::classify` now turns every marked 500 into
+    /// `Permanent`: A's breaker on B stays closed however long B cannot serve.
+    #[tokio::test]
+    async fn a_retry_500_callers_breaker_opens_on_a_service_that_gave_up() {
+        let db_calls = Arc::new(AtomicU32::new(0));
+        let b = serve(
+            Router::new()
+                .route("/b", post(b_with_db))
+                .with_state(db_calls.clone())
+                .layer(ResilienceLayer::new()),
+        )
+        .await;
+        let (state, seen) = breaker_after_failures(b).await;
+        assert_eq!(
+            state,
+            BState::Open,
+            "B failed every request after {} database attempts, answered: {seen:?}",
+            db_calls.load(Ordering::SeqCst)
+        );
+    }
+
+    /// The same with B built only from the library's parts: B calls C, a
+    /// service crash-looping with 500s, with `classify_retrying_500` (B knows
+    /// C's 500s pass), retries, and returns the error; `to_response` answers
+    /// 500 + Do-Not-Retry (by the default policy, not the function's), which
+    /// A, also retrying 500s, takes for its own bad request.
+    #[resilient(
+        retries = 3,
+        base_ms = 1,
+        cap_ms = 2,
+        idempotent,
+        classify = resilient::http::classify_retrying_500
+    )]
+    async fn b_calls_c(client: &reqwest::Client, c: SocketAddr) -> Result<String, Error> {
+        let r = client.post(format!("http://{c}/c")).send_checked().await?;
+        Ok(r.text().await?)
+    }
+
+    #[derive(Clone)]
+    struct BState2 {
+        client: reqwest::Client,
+        c: SocketAddr,
+    }
+
+    async fn b_via_c(State(s): State<BState2>) -> Result<String, Error> {
+        b_calls_c(&s.client, s.c).await
+    }
+
+    async fn c_crashing(State(calls): State<Arc<AtomicU32>>) -> StatusCode {
+        calls.fetch_add(1, Ordering::SeqCst);
+        StatusCode::INTERNAL_SERVER_ERROR
+    }
+
+    #[tokio::test]
+    async fn a_retry_500_callers_breaker_opens_when_bs_dependency_keeps_failing() {
+        let c_calls = Arc::new(AtomicU32::new(0));
+        let c = serve(
+            Router::new()
+                .route("/c", post(c_crashing))
+                .with_state(c_calls.clone()),
+        )
+        .await;
+        let b = serve(
+            Router::new()
+                .route("/b", post(b_via_c))
+                .with_state(BState2 {
+                    client: reqwest::Client::new(),
+                    c,
+                })
+                .layer(ResilienceLayer::new()),
+        )
+        .await;
+        let (state, seen) = breaker_after_failures(b).await;
+        assert_eq!(
+            state,
+            BState::Open,
+            "B failed every request after {} attempts at C, answered: {seen:?}",
+            c_calls.load(Ordering::SeqCst)
+        );
+    }
+
+    // ---------------------------------------------------------------------------
+    // 1b. The same when another call in the handler did the work: B charges the
+    //     provider (success), then its ledger refuses with a plain 503.
+
+    #[resilient(deadline_ms = 5000)]
+    async fn charge_once(client: &reqwest::Client, p: SocketAddr) -> Result<String, Error> {
+        let r = client.post(format!("http://{p}/ok")).send_checked().await?;
+        Ok(r.text().await?)
+    }
+
+    #[resilient(deadline_ms = 5000)]
+    async fn record_in_ledger(client: &reqwest::Client, p: SocketAddr) -> Result<String, Error> {
+        let r = client
+            .post(format!("http://{p}/ledger"))
+            .send_checked()
+            .await?;
+        Ok(r.text().await?)
+    }
+
+    async fn provider_ok(State(p): State<Arc<Provider>>) -> &'static str {
+        p.charges.fetch_add(1, Ordering::SeqCst);
+        "charged"
+    }
+
+    async fn ledger_down() -> StatusCode {
+        StatusCode::SERVICE_UNAVAILABLE
+    }
+
+    async fn pay_then_record(State(s): State<PayState>) -> Result<String, Error> {
+        let receipt = charge_once(&s.client, s.p).await?;
+        record_in_ledger(&s.client, s.p).await?;
+        Ok(receipt)
+    }
+
+    #[tokio::test]
+    async fn a_charge_made_before_another_dependency_refused_is_answered_not_processed() {
+        let provider_state = Arc::new(Provider::default());
+        let p = serve(
+            Router::new()
+                .route("/ok", post(provider_ok))
+                .route("/ledger", post(ledger_down))
+                .with_state(provider_state.clone()),
+        )
+        .await;
+        let b = serve(
+            Router::new()
+                .route("/pay", post(pay_then_record))
+                .with_state(PayState {
+                    client: reqwest::Client::new(),
+                    p,
+                })
+                .layer(IdempotencyLayer::new())
+                .layer(ResilienceLayer::new()),
+        )
+        .await;
+        let client = reqwest::Client::new();
+        let key = IdempotencyKey::random();
+        let (result, report) = resilient::observe(client_pays(&client, b, &key)).await;
+        let charges = provider_state.charges.load(Ordering::SeqCst);
+        let status = result.as_ref().err().and_then(|e| e.status());
+        assert_eq!(charges, 1, "the provider charged once");
+        assert!(
+            result.is_ok() || report.may_have_taken_effect(),
+            "the provider charged, but the client was answered {status:?} and its report says \
+             no attempt may have taken effect ('certainly not charged'): {report:?}"
+        );
+    }
+
+    // ---------------------------------------------------------------------------
+    // 1c. The store forgets a request that did act: B records the order in its
+    //     own database (no annotated call), then its inventory service refuses
+    //     with a plain 503; `?` answers 503 "not processed", which the
+    //     IdempotencyLayer forgets, and the client's retry with the same key
+    //     records the order a second time.
+
+    #[derive(Clone)]
+    struct OrderState {
+        client: reqwest::Client,
+        inventory: SocketAddr,
+        orders: Arc<AtomicU32>,
+    }
+
+    #[resilient(deadline_ms = 5000)]
+    async fn reserve_stock(client: &reqwest::Client, inv: SocketAddr) -> Result<String, Error> {
+        let r = client
+            .post(format!("http://{inv}/reserve"))
+            .send_checked()
+            .await?;
+        Ok(r.text().await?)
+    }
+
+    async fn inventory(State(up): State<Arc<std::sync::atomic::AtomicBool>>) -> Response {
+        if up.load(Ordering::SeqCst) {
+            "reserved".into_response()
+        } else {
+            StatusCode::SERVICE_UNAVAILABLE.into_response()
+        }
+    }
+
+    async fn place_order(State(s): State<OrderState>) -> Result<String, Error> {
+        // The service's own write (its database, not a dependency call).
+        let n = s.orders.fetch_add(1, Ordering::SeqCst) + 1;
+        reserve_stock(&s.client, s.inventory).await?;
+        Ok(format!("order {n}"))
+    }
+
+    #[tokio::test]
+    async fn an_order_recorded_before_a_dependency_refused_is_recorded_twice_under_one_key() {
+        let up = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let inv = serve(
+            Router::new()
+                .route("/reserve", post(inventory))
+                .with_state(up.clone()),
+        )
+        .await;
+        let orders = Arc::new(AtomicU32::new(0));
+        let b = serve(
+            Router::new()
+                .route("/orders", post(place_order))
+                .with_state(OrderState {
+                    client: reqwest::Client::new(),
+                    inventory: inv,
+                    orders: orders.clone(),
+                })
+                .layer(IdempotencyLayer::new())
+                .layer(ResilienceLayer::new()),
+        )
+        .await;
+        let client = reqwest::Client::new();
+        let send = || {
+            client
+                .post(format!("http://{b}/orders"))
+                .header("idempotency-key", "order-42")
+                .send()
+        };
+        let first = send().await.unwrap().status();
+        up.store(true, Ordering::SeqCst);
+        let second = send().await.unwrap();
+        let second_status = second.status();
+        let body = second.text().await.unwrap();
+        assert_eq!(
+            orders.load(Ordering::SeqCst),
+            1,
+            "one key, one order: first answer {first}, the retry with the same key got \
+             {second_status} {body}"
         );
     }
 }

@@ -90,19 +90,18 @@ pub fn refusal_response(e: &crate::Error) -> Response<String> {
 
 impl Error {
     /// The response a service answers with when this call to its own
-    /// dependency failed: a refusal as by [`refusal_response`];
-    /// a failure of the dependency that certainly did nothing there
-    /// (refused, unreachable, or a 503, 429 or 408 answer) as 503 Service
-    /// Unavailable (RFC 9110 §15.6.4), with the dependency's `Retry-After`
-    /// when it asked to wait, so this service's callers wait too: the
-    /// request was not processed, which an `IdempotencyLayer`
-    /// (`resilient::tower`) does not keep for its key; a timeout that may have done the work as 504; a
-    /// permanent failure (the dependency refused this service's request: a
-    /// 4xx, a 500) as 500 Internal Server Error, which no caller retries or
-    /// counts against this service's health (the caller's own request may
-    /// be what the dependency refused); any other failure of the dependency
-    /// as 502 Bad Gateway (RFC 9110 §15.6.3: "an invalid response from an
-    /// inbound server").
+    /// dependency failed: a refusal as by [`refusal_response`]; a timeout
+    /// as 504; a dependency that asked to wait (a 429 or 503 with
+    /// `Retry-After`, also one that said not to retry) as 503 with the same
+    /// `Retry-After`, so this service's callers wait too; the dependency's
+    /// refusal of this service's request (a 4xx, a request that could not
+    /// be built) as 424 Failed Dependency (RFC 4918 §11.4: "the requested action
+    /// depended on another action and that action failed"), a 4xx, which
+    /// no caller retries or counts against this service's health (the
+    /// caller's own request may be what the dependency refused), whatever
+    /// it makes of 5xx; any other failure of the dependency as 502 Bad
+    /// Gateway (RFC 9110 §15.6.3: "an invalid response from an inbound
+    /// server").
     ///
     /// It carries `Do-Not-Retry: ?1` when the failure is not retryable
     /// (permanent: retrying this service would only repeat it; or the
@@ -128,21 +127,22 @@ impl Error {
             } => Some(wait),
             _ => None,
         };
-        let status = if class.is_dependency_failure() && !self.may_have_taken_effect() {
-            // The dependency certainly did nothing (refused, unreachable,
-            // 503, 429, 408): neither did this request, as 503 says, which
-            // an `IdempotencyLayer` does not keep for the key (a 502 or 504
-            // kept it for a day, though a retry could have succeeded).
-            StatusCode::SERVICE_UNAVAILABLE
-        } else if self.is_timeout() {
+        // Only the last error is known here, not what the request did
+        // before it (an earlier attempt, another call, the handler's own
+        // writes): no status says "not processed" for a failure that was
+        // not asked to wait.
+        let status = if self.is_timeout() {
             StatusCode::GATEWAY_TIMEOUT
         } else if wait.is_some() {
             StatusCode::SERVICE_UNAVAILABLE
-        } else if class == Classification::Permanent {
-            // Not 502: a caller counts a 502 this service marks "do not
-            // retry" against its health, and the dependency's refusal of
-            // this request says nothing of that.
-            StatusCode::INTERNAL_SERVER_ERROR
+        } else if class == Classification::Permanent && self.refused_the_request() {
+            // A 4xx, permanent for every caller whatever it makes of 5xx,
+            // and never held against this service's health: the caller's
+            // own request may be what the dependency refused. Not 502 or
+            // 500, which a caller counts against this service when marked
+            // "do not retry" (as the server layer marks a service's answer
+            // after its calls gave up), or when it retries 500s.
+            StatusCode::FAILED_DEPENDENCY
         } else {
             StatusCode::BAD_GATEWAY
         };
@@ -151,7 +151,7 @@ impl Error {
             let _ = write!(extra, ",\"upstream_status\":{}", upstream.as_u16());
         }
         let mut response = problem(status, &self.to_string(), &extra);
-        if let (Some(wait), StatusCode::SERVICE_UNAVAILABLE) = (wait, status) {
+        if let (Some(wait), false) = (wait, self.is_timeout()) {
             let secs = wait.as_nanos().div_ceil(1_000_000_000);
             let secs = u64::try_from(secs).unwrap_or(u64::MAX);
             response
@@ -162,6 +162,20 @@ impl Error {
             super::set_do_not_retry(response.headers_mut());
         }
         response
+    }
+}
+
+impl Error {
+    /// The dependency refused this request itself: a 4xx, or a request
+    /// that could not be built. Not its own failure (a 500, a malformed
+    /// answer), which the calling function may even have retried.
+    fn refused_the_request(&self) -> bool {
+        match self.status() {
+            Some(status) => status.is_client_error(),
+            // Not sent because it could not be built: nothing reached the
+            // dependency (a malformed answer may have done the work).
+            None => !self.may_have_taken_effect(),
+        }
     }
 }
 

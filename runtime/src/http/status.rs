@@ -49,16 +49,10 @@ impl StatusPolicy {
         // serve anyone now): a failure of the dependency is still one, for
         // its breaker, but is not retried; the request's own fault stays
         // permanent.
-        Some(if !super::is_do_not_retry(headers) {
-            class
-        } else if status == StatusCode::INTERNAL_SERVER_ERROR {
-            // A 500 so marked is how a service passes on its dependency's
-            // refusal of the request (`Error::to_response`): permanent,
-            // also for a caller that retries 500s, so that its breaker
-            // does not open on its own bad requests.
-            Classification::Permanent
-        } else {
+        Some(if super::is_do_not_retry(headers) {
             class.not_to_retry()
+        } else {
+            class
         })
     }
 
@@ -102,7 +96,7 @@ impl StatusPolicy {
 /// | 500 | permanent ([`StatusPolicy::retry_500`] opts in) | §15.6.1: an unexpected condition, often a bug |
 /// | other 4xx and 5xx | permanent | the request, not the moment, is at fault |
 /// | any of the retryable above, with `Do-Not-Retry: ?1` | do-not-retry (a failure for a breaker, not retried) | the server already retried, or cannot serve now (see the [module docs](crate::http)) |
-/// | a permanent one, or a 500 (also under [`StatusPolicy::retry_500`]), with `Do-Not-Retry: ?1` | permanent | the request is at fault either way; a 500 so marked is how [`Error::to_response`](crate::http::Error::to_response) passes on a dependency's refusal of the request |
+/// | a permanent one, with `Do-Not-Retry: ?1` | permanent | the request is at fault either way |
 ///
 /// ```
 /// use http::{HeaderMap, StatusCode, header::RETRY_AFTER};
