@@ -1349,3 +1349,470 @@ mod answers {
         );
     }
 }
+
+/// A failed request acted on in part, and a dependency that refuses this
+/// service itself (review 11): the answer's status comes from the last
+/// failure only, so `May-Have-Taken-Effect` says what the handler's calls
+/// did, and a 401 or 403 is this service failing (502), not the caller's
+/// request (424). Each test's comment says the failure it guards against.
+mod effect {
+    use super::*;
+    use axum::routing::post;
+    use resilient::tower::IdempotencyLayer;
+    use resilient::{BreakerConfig, Classification, IdempotencyKey, Registry, SlidingWindow};
+    use std::sync::atomic::AtomicBool;
+
+    /// The dependency stub: `/charge` charges; how it answers is set per test.
+    #[derive(Default)]
+    struct Provider {
+        requests: AtomicU32,
+        charges: AtomicU32,
+    }
+
+    #[derive(Clone)]
+    struct St {
+        client: reqwest::Client,
+        p: SocketAddr,
+    }
+
+    /// The README's client: retries, reconciles when the report says the
+    /// charge may have been made.
+    #[resilient(retries = 2, base_ms = 1, cap_ms = 5, deadline_ms = 10000)]
+    async fn client_pays(
+        client: &reqwest::Client,
+        b: SocketAddr,
+        key: &IdempotencyKey,
+    ) -> Result<String, Error> {
+        let r = client
+            .post(format!("http://{b}/pay"))
+            .idempotency_key(key)
+            .send_checked()
+            .await?;
+        Ok(r.text().await?)
+    }
+
+    async fn start_b(router: Router<St>, p: SocketAddr) -> SocketAddr {
+        serve(
+            router
+                .with_state(St {
+                    client: reqwest::Client::new(),
+                    p,
+                })
+                .layer(IdempotencyLayer::new())
+                .layer(ResilienceLayer::new()),
+        )
+        .await
+    }
+
+    async fn check_report(b: SocketAddr, p: &Provider) {
+        let client = reqwest::Client::new();
+        let key = IdempotencyKey::random();
+        let (result, report) = resilient::observe(client_pays(&client, b, &key)).await;
+        let charges = p.charges.load(Ordering::SeqCst);
+        let status = result.as_ref().err().and_then(|e| e.status());
+        assert_eq!(charges, 1, "the provider charged once");
+        assert!(
+            result.is_ok() || report.may_have_taken_effect(),
+            "the provider charged, but the client was answered {status:?} and its report says \
+             no attempt may have taken effect ('certainly not charged'): {report:?}"
+        );
+    }
+
+    // ---------------------------------------------------------------------------
+    // 1. The 424 (new in c62fe4b) after B's call did act.
+
+    /// First request: charges, then answers too late for B's timeout.
+    /// Later ones (the same idempotency key, in flight or done): 409 Conflict,
+    /// as Stripe answers a key whose first request is still being processed.
+    async fn slow_then_conflict(State(p): State<Arc<Provider>>) -> Response {
+        if p.requests.fetch_add(1, Ordering::SeqCst) == 0 {
+            p.charges.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            return "charged".into_response();
+        }
+        StatusCode::CONFLICT.into_response()
+    }
+
+    #[resilient(retries = 1, base_ms = 1, cap_ms = 5, timeout_ms = 200)]
+    async fn charge_provider(
+        client: &reqwest::Client,
+        p: SocketAddr,
+        key: &IdempotencyKey,
+    ) -> Result<String, Error> {
+        let r = client
+            .post(format!("http://{p}/charge"))
+            .idempotency_key(key)
+            .send_checked()
+            .await?;
+        Ok(r.text().await?)
+    }
+
+    async fn pay(State(s): State<St>, headers: axum::http::HeaderMap) -> Result<String, Error> {
+        let key = headers
+            .get("idempotency-key")
+            .and_then(|v| v.to_str().ok())
+            .map(|k| IdempotencyKey::from_stable_id(k).unwrap())
+            .unwrap_or_else(IdempotencyKey::random);
+        charge_provider(&s.client, s.p, &key).await
+    }
+
+    /// B's first attempt timed out after the provider charged; B's retry got
+    /// 409 (the provider's "this key is in progress"). B answers 424, a 4xx,
+    /// and the client's report says no attempt may have taken effect.
+    #[tokio::test]
+    async fn a_424_after_a_timed_out_attempt_reports_certainly_not_charged() {
+        let provider = Arc::new(Provider::default());
+        let p = serve(
+            Router::new()
+                .route("/charge", post(slow_then_conflict))
+                .with_state(provider.clone()),
+        )
+        .await;
+        let b = start_b(Router::new().route("/pay", post(pay)), p).await;
+        check_report(b, &provider).await;
+    }
+
+    #[resilient(deadline_ms = 5000)]
+    async fn charge_once(client: &reqwest::Client, p: SocketAddr) -> Result<String, Error> {
+        let r = client.post(format!("http://{p}/ok")).send_checked().await?;
+        Ok(r.text().await?)
+    }
+
+    #[resilient(deadline_ms = 5000)]
+    async fn send_receipt(client: &reqwest::Client, p: SocketAddr) -> Result<String, Error> {
+        let r = client
+            .post(format!("http://{p}/receipt"))
+            .send_checked()
+            .await?;
+        Ok(r.text().await?)
+    }
+
+    async fn provider_ok(State(p): State<Arc<Provider>>) -> &'static str {
+        p.charges.fetch_add(1, Ordering::SeqCst);
+        "charged"
+    }
+
+    async fn receipt_unprocessable() -> StatusCode {
+        StatusCode::UNPROCESSABLE_ENTITY
+    }
+
+    async fn pay_then_receipt(State(s): State<St>) -> Result<String, Error> {
+        let charged = charge_once(&s.client, s.p).await?;
+        send_receipt(&s.client, s.p).await?;
+        Ok(charged)
+    }
+
+    /// B charged (success), then its mailer refused the receipt (422). B answers
+    /// 424, and the client's report says "certainly not charged".
+    #[tokio::test]
+    async fn a_424_after_another_call_charged_reports_certainly_not_charged() {
+        let provider = Arc::new(Provider::default());
+        let p = serve(
+            Router::new()
+                .route("/ok", post(provider_ok))
+                .route("/receipt", post(receipt_unprocessable))
+                .with_state(provider.clone()),
+        )
+        .await;
+        let b = start_b(Router::new().route("/pay", post(pay_then_receipt)), p).await;
+        check_report(b, &provider).await;
+    }
+
+    // ---------------------------------------------------------------------------
+    // 2. The 503 + Retry-After after B's call did act.
+
+    /// First request: charges, answers too late. Then 503 + Retry-After: 1
+    /// while `down`, "charged" after.
+    #[derive(Default)]
+    struct Throttling {
+        p: Provider,
+        recovered: AtomicBool,
+    }
+
+    async fn slow_then_throttled(State(t): State<Arc<Throttling>>) -> Response {
+        if t.p.requests.fetch_add(1, Ordering::SeqCst) == 0 {
+            t.p.charges.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            return "charged".into_response();
+        }
+        if t.recovered.load(Ordering::SeqCst) {
+            return "charged".into_response();
+        }
+        (StatusCode::SERVICE_UNAVAILABLE, [("retry-after", "1")]).into_response()
+    }
+
+    #[tokio::test]
+    async fn a_503_retry_after_after_a_timed_out_attempt_reports_certainly_not_charged() {
+        let t = Arc::new(Throttling::default());
+        let p = serve(
+            Router::new()
+                .route("/charge", post(slow_then_throttled))
+                .with_state(t.clone()),
+        )
+        .await;
+        let b = start_b(Router::new().route("/pay", post(pay)), p).await;
+        check_report(b, &t.p).await;
+    }
+
+    async fn receipt_throttled() -> Response {
+        (StatusCode::SERVICE_UNAVAILABLE, [("retry-after", "1")]).into_response()
+    }
+
+    /// B charged (success), then its mailer answered 503 + Retry-After: 1.
+    #[tokio::test]
+    async fn a_503_retry_after_after_another_call_charged_reports_certainly_not_charged() {
+        let provider = Arc::new(Provider::default());
+        let p = serve(
+            Router::new()
+                .route("/ok", post(provider_ok))
+                .route("/receipt", post(receipt_throttled))
+                .with_state(provider.clone()),
+        )
+        .await;
+        let b = start_b(Router::new().route("/pay", post(pay_then_receipt)), p).await;
+        check_report(b, &provider).await;
+    }
+
+    // ---------------------------------------------------------------------------
+    // 3. B's own refusal (breaker open on a second dependency) after a charge.
+
+    #[resilient(breaker = "review11-mailer", deadline_ms = 5000)]
+    async fn send_receipt_guarded(
+        client: &reqwest::Client,
+        p: SocketAddr,
+    ) -> Result<String, Error> {
+        let r = client
+            .post(format!("http://{p}/receipt"))
+            .send_checked()
+            .await?;
+        Ok(r.text().await?)
+    }
+
+    #[tokio::test]
+    async fn a_refusal_after_another_call_charged_reports_certainly_not_charged() {
+        let provider = Arc::new(Provider::default());
+        let p = serve(
+            Router::new()
+                .route("/ok", post(provider_ok))
+                .route("/receipt", post(|| async { "sent" }))
+                .with_state(provider.clone()),
+        )
+        .await;
+        let registry = Registry::builder()
+            .breaker("review11-mailer", BreakerConfig::default())
+            .build()
+            .unwrap();
+        registry
+            .breaker("review11-mailer")
+            .unwrap()
+            .transition_to(resilient::State::Open);
+        let registry = Arc::new(registry);
+        let handler = move |State(s): State<St>| {
+            let registry = registry.clone();
+            async move {
+                registry
+                    .scope(async {
+                        let charged = charge_once(&s.client, s.p).await?;
+                        send_receipt_guarded(&s.client, s.p).await?;
+                        Ok::<_, Error>(charged)
+                    })
+                    .await
+            }
+        };
+        let b = start_b(Router::new().route("/pay", post(handler)), p).await;
+        check_report(b, &provider).await;
+    }
+
+    // ---------------------------------------------------------------------------
+    // 5. B cannot serve anyone, and answers 424: A's breaker never opens.
+
+    async fn unauthorized(State(p): State<Arc<Provider>>) -> StatusCode {
+        p.requests.fetch_add(1, Ordering::SeqCst);
+        // B's credentials were revoked: every request B makes is refused.
+        StatusCode::UNAUTHORIZED
+    }
+
+    #[resilient(deadline_ms = 5000)]
+    async fn b_calls_c(client: &reqwest::Client, p: SocketAddr) -> Result<String, Error> {
+        let r = client.post(format!("http://{p}/c")).send_checked().await?;
+        Ok(r.text().await?)
+    }
+
+    async fn b_handler(State(s): State<St>) -> Result<String, Error> {
+        b_calls_c(&s.client, s.p).await
+    }
+
+    #[resilient(breaker = "review11-b", deadline_ms = 5000)]
+    async fn a_calls_b(client: &reqwest::Client, b: SocketAddr) -> Result<String, Error> {
+        let r = client
+            .post(format!("http://{b}/pay"))
+            .send_checked()
+            .await?;
+        Ok(r.text().await?)
+    }
+
+    #[tokio::test]
+    async fn a_service_whose_credentials_were_revoked_never_opens_its_callers_breaker() {
+        let provider = Arc::new(Provider::default());
+        let p = serve(
+            Router::new()
+                .route("/c", post(unauthorized))
+                .with_state(provider.clone()),
+        )
+        .await;
+        let b = start_b(Router::new().route("/pay", post(b_handler)), p).await;
+        let registry = Registry::builder()
+            .breaker(
+                "review11-b",
+                BreakerConfig::default()
+                    .sliding_window(SlidingWindow::CountBased { size: 4 })
+                    .minimum_number_of_calls(4)
+                    .wait_duration_in_open_state(Duration::from_secs(60)),
+            )
+            .build()
+            .unwrap();
+        let client = reqwest::Client::new();
+        let mut seen = Vec::new();
+        registry
+            .scope(async {
+                for _ in 0..8 {
+                    let e = a_calls_b(&client, b).await.unwrap_err();
+                    seen.push((e.status(), e.classify()));
+                }
+            })
+            .await;
+        let state = registry.breaker("review11-b").unwrap().state();
+        assert_eq!(
+            state,
+            resilient::State::Open,
+            "B failed all 8 requests (every one refused 401 by C): {seen:?}"
+        );
+        let _ = Classification::Permanent;
+    }
+
+    // ---------------------------------------------------------------------------
+    // 6. Point 2: client → A → B → DB, retries = 3 at every hop; DB attempts per
+    //    user request, in outage shapes three_services.rs does not cover.
+
+    mod chain {
+        use super::*;
+        use axum::routing::get;
+
+        #[derive(Clone, Copy)]
+        enum Db {
+            /// 429 + Retry-After: 0.
+            Throttled,
+            /// 500 (B retries 500s).
+            Crashing,
+            /// 503 + Retry-After: 0 + Do-Not-Retry (its own breaker open).
+            OwnBreakerOpen,
+        }
+
+        async fn db(State((n, mode)): State<(Arc<AtomicU32>, Db)>) -> Response {
+            n.fetch_add(1, Ordering::SeqCst);
+            match mode {
+                Db::Throttled => {
+                    (StatusCode::TOO_MANY_REQUESTS, [("retry-after", "0")]).into_response()
+                }
+                Db::Crashing => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+                Db::OwnBreakerOpen => (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    [("retry-after", "0"), ("do-not-retry", "?1")],
+                )
+                    .into_response(),
+            }
+        }
+
+        #[resilient(
+            retries = 3,
+            base_ms = 1,
+            cap_ms = 5,
+            timeout_ms = 200,
+            idempotent,
+            classify = resilient::http::classify_retrying_500
+        )]
+        async fn b_queries(client: &reqwest::Client, db: SocketAddr) -> Result<String, Error> {
+            let r = client.get(format!("http://{db}/q")).send_checked().await?;
+            Ok(r.text().await?)
+        }
+
+        #[resilient(retries = 3, base_ms = 1, cap_ms = 5, deadline_ms = 8000, idempotent,
+            classify = resilient::http::classify_retrying_500)]
+        async fn a_calls(client: &reqwest::Client, b: SocketAddr) -> Result<String, Error> {
+            let r = client.get(format!("http://{b}/b")).send_checked().await?;
+            Ok(r.text().await?)
+        }
+
+        #[resilient(retries = 3, base_ms = 1, cap_ms = 5, deadline_ms = 9000, idempotent,
+            classify = resilient::http::classify_retrying_500)]
+        async fn user_calls(client: &reqwest::Client, a: SocketAddr) -> Result<String, Error> {
+            let r = client.get(format!("http://{a}/a")).send_checked().await?;
+            Ok(r.text().await?)
+        }
+
+        async fn run(mode: Db) -> Vec<(u32, Option<StatusCode>, Classification)> {
+            let n = Arc::new(AtomicU32::new(0));
+            let dbaddr = serve(
+                Router::new()
+                    .route("/q", get(db))
+                    .with_state((n.clone(), mode)),
+            )
+            .await;
+            let client = reqwest::Client::new();
+            let c2 = client.clone();
+            let b = serve(
+                Router::new()
+                    .route(
+                        "/b",
+                        get(move || {
+                            let c = c2.clone();
+                            async move { b_queries(&c, dbaddr).await }
+                        }),
+                    )
+                    .layer(ResilienceLayer::new()),
+            )
+            .await;
+            let c3 = client.clone();
+            let a = serve(
+                Router::new()
+                    .route(
+                        "/a",
+                        get(move || {
+                            let c = c3.clone();
+                            async move { a_calls(&c, b).await }
+                        }),
+                    )
+                    .layer(ResilienceLayer::new()),
+            )
+            .await;
+            let mut out = Vec::new();
+            for _ in 0..2 {
+                let before = n.load(Ordering::SeqCst);
+                let e = user_calls(&client, a).await.unwrap_err();
+                out.push((n.load(Ordering::SeqCst) - before, e.status(), e.classify()));
+            }
+            out
+        }
+
+        #[tokio::test]
+        async fn throttled_db() {
+            let seen = run(Db::Throttled).await;
+            eprintln!("{seen:?}");
+            assert!(seen.iter().all(|s| s.0 <= 4 && s.0 > 0), "{seen:?}");
+        }
+
+        #[tokio::test]
+        async fn crashing_db_with_500_retrying_classifiers() {
+            let seen = run(Db::Crashing).await;
+            eprintln!("{seen:?}");
+            assert!(seen.iter().all(|s| s.0 <= 4 && s.0 > 0), "{seen:?}");
+        }
+
+        #[tokio::test]
+        async fn db_with_own_breaker_open() {
+            let seen = run(Db::OwnBreakerOpen).await;
+            eprintln!("{seen:?}");
+            assert!(seen.iter().all(|s| s.0 <= 4 && s.0 > 0), "{seen:?}");
+        }
+    }
+}

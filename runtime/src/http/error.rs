@@ -205,13 +205,16 @@ impl Error {
     /// operation may have happened at the server although the call failed:
     /// a timeout or a broken connection while waiting for the answer, an
     /// undecodable success, a 500/502/504 (see [`classify_status`]'s
-    /// table). Reconcile such failures by looking the operation up by its
+    /// table), or any failure the server marked `May-Have-Taken-Effect: ?1`
+    /// (it acted on the request in part before failing). Reconcile such failures by looking the operation up by its
     /// [`IdempotencyKey`](crate::IdempotencyKey).
     ///
     /// [`classify_status`]: super::classify_status
     pub fn may_have_taken_effect(&self) -> bool {
         match &*self.repr {
-            Repr::Status { status, .. } => may_have_taken_effect(*status),
+            Repr::Status {
+                status, headers, ..
+            } => may_have_taken_effect(*status) || super::says_may_have_taken_effect(headers),
             Repr::Transport { stage, .. } => {
                 matches!(stage, Stage::AfterSend | Stage::InvalidResponse)
             }

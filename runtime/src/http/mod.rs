@@ -15,6 +15,7 @@
 //! | [`IDEMPOTENCY_KEY`] `Idempotency-Key` | request | the [`IdempotencyKey`](crate::IdempotencyKey) of the operation, the same on every attempt (IETF draft `draft-ietf-httpapi-idempotency-key-header`, as Stripe and others use it) |
 //! | [`GRPC_TIMEOUT`] `grpc-timeout` | request | the caller's remaining deadline, in the gRPC format ([`GrpcTimeout`](crate::GrpcTimeout)); understood by every gRPC server |
 //! | [`REQUEST_BUDGET_MS`] `Request-Budget-Ms` | request | the same remaining deadline as whole milliseconds, for plain HTTP servers and for people reading logs |
+//! | [`MAY_HAVE_TAKEN_EFFECT`] `May-Have-Taken-Effect: ?1` | response | "this failed request was acted on in part" (an annotated call in the handler succeeded, or may have taken effect, before it failed), set by `resilient::tower::ResilienceLayer` and kept by `IdempotencyLayer`; [`Error::may_have_taken_effect`](crate::http::Error::may_have_taken_effect) reads it, whatever the status |
 //! | [`DO_NOT_RETRY`] `Do-Not-Retry: ?1` | response | "this service already retried, or refused to protect itself: do not retry it" (not on a deadline's 504 by itself: the caller knows whether it has time for another attempt); classified [`DoNotRetry`](crate::Classification::DoNotRetry) on a 5xx, 429 or 408 (not retried, a failure for a breaker), [`Permanent`](crate::Classification::Permanent) on other 4xx |
 //! | `Retry-After` | response | when a 429/503 may be retried ([`retry_after`]) |
 //!
@@ -78,6 +79,26 @@ pub fn is_do_not_retry(headers: &HeaderMap) -> bool {
 /// Marks a response's headers "do not retry".
 pub fn set_do_not_retry(headers: &mut HeaderMap) {
     headers.insert(DO_NOT_RETRY, HeaderValue::from_static("?1"));
+}
+
+/// `May-Have-Taken-Effect`: set to `?1` on a failure response whose
+/// request may nevertheless have been acted on, in part: an annotated call
+/// in the handler succeeded or may have taken effect before the failure.
+/// A status alone cannot say so: a 503, a 429 or a 4xx reads as "nothing
+/// was done", and it is chosen from the last failure only.
+pub const MAY_HAVE_TAKEN_EFFECT: HeaderName = HeaderName::from_static("may-have-taken-effect");
+
+/// `true` when `headers` carry `May-Have-Taken-Effect: ?1`.
+pub fn says_may_have_taken_effect(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(&MAY_HAVE_TAKEN_EFFECT)
+        .iter()
+        .any(|v| v.as_bytes().trim_ascii() == b"?1")
+}
+
+/// Marks a failure response's headers "may have taken effect".
+pub fn set_may_have_taken_effect(headers: &mut HeaderMap) {
+    headers.insert(MAY_HAVE_TAKEN_EFFECT, HeaderValue::from_static("?1"));
 }
 
 /// The deadline budget a request carries: the sooner of `grpc-timeout` and
@@ -170,6 +191,21 @@ mod tests {
         insert_deadline(&mut h, Duration::ZERO);
         assert!(h.get(&GRPC_TIMEOUT).is_none());
         assert_eq!(deadline_budget(&h), Some(Duration::ZERO));
+    }
+
+    #[test]
+    fn may_have_taken_effect_needs_true() {
+        let mut h = HeaderMap::new();
+        assert!(!says_may_have_taken_effect(&h));
+        h.insert(MAY_HAVE_TAKEN_EFFECT, HeaderValue::from_static("?0"));
+        assert!(!says_may_have_taken_effect(&h));
+        set_may_have_taken_effect(&mut h);
+        assert!(says_may_have_taken_effect(&h));
+        // Read off a failure response, whatever its status says.
+        let e = Error::from_status(::http::StatusCode::SERVICE_UNAVAILABLE, h);
+        assert!(e.may_have_taken_effect());
+        let e = Error::from_status(::http::StatusCode::SERVICE_UNAVAILABLE, HeaderMap::new());
+        assert!(!e.may_have_taken_effect());
     }
 
     #[test]

@@ -94,14 +94,18 @@ impl Error {
     /// as 504; a dependency that asked to wait (a 429 or 503 with
     /// `Retry-After`, also one that said not to retry) as 503 with the same
     /// `Retry-After`, so this service's callers wait too; the dependency's
-    /// refusal of this service's request (a 4xx, a request that could not
-    /// be built) as 424 Failed Dependency (RFC 4918 §11.4: "the requested action
+    /// refusal of the request's content (a 400, 404, 409, 422 and the like,
+    /// or a request that could not be built) as 424 Failed Dependency (RFC 4918 §11.4: "the requested action
     /// depended on another action and that action failed"), a 4xx, which
     /// no caller retries or counts against this service's health (the
     /// caller's own request may be what the dependency refused), whatever
-    /// it makes of 5xx; any other failure of the dependency as 502 Bad
-    /// Gateway (RFC 9110 §15.6.3: "an invalid response from an inbound
-    /// server").
+    /// it makes of 5xx; any other failure of the dependency (also its
+    /// refusal of this service itself: a 401 or 403) as 502 Bad Gateway
+    /// (RFC 9110 §15.6.3: "an invalid response from an inbound server").
+    ///
+    /// The status comes from the last failure alone; the server layer
+    /// (`resilient::tower`) adds `May-Have-Taken-Effect: ?1` when an
+    /// annotated call in the handler acted before it.
     ///
     /// It carries `Do-Not-Retry: ?1` when the failure is not retryable
     /// (permanent: retrying this service would only repeat it; or the
@@ -166,12 +170,16 @@ impl Error {
 }
 
 impl Error {
-    /// The dependency refused this request itself: a 4xx, or a request
-    /// that could not be built. Not its own failure (a 500, a malformed
-    /// answer), which the calling function may even have retried.
+    /// The dependency refused this request's content, which may be the
+    /// caller's (a 400, 404, 409, 410, 412, 413, 414, 415, 416 or 422), or
+    /// a request that could not be built. Not its own failure (a 500, a
+    /// malformed answer), which the calling function may even have
+    /// retried, nor a refusal of this service itself (401, 403, 405, 407:
+    /// revoked credentials, a wrong endpoint), which no request of any
+    /// caller gets past.
     fn refused_the_request(&self) -> bool {
         match self.status() {
-            Some(status) => status.is_client_error(),
+            Some(status) => matches!(status.as_u16(), 400 | 404 | 409..=410 | 412..=416 | 422),
             // Not sent because it could not be built: nothing reached the
             // dependency (a malformed answer may have done the work).
             None => !self.may_have_taken_effect(),

@@ -534,11 +534,12 @@ where
         crate::http::set_do_not_retry(&mut parts.headers);
     }
     // An answer that says "not processed" is not kept, unless an annotated
-    // call inside did something: then a retry could do it again.
-    let acted = report
-        .attempts()
-        .iter()
-        .any(|a| a.may_have_taken_effect || matches!(a.outcome, crate::AttemptOutcome::Succeeded));
+    // call inside did something: then a retry could do it again (and the
+    // answer, replayed too, says it may have taken effect).
+    let acted = super::acted(&report);
+    if acted {
+        super::mark_may_have_taken_effect(&mut parts.headers, parts.status);
+    }
     let collected = match Limited::new(body, max).collect().await {
         Ok(collected) => collected,
         // The handler ran, and its answer is more than the store keeps:

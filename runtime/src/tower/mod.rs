@@ -207,6 +207,10 @@ where
             if already_retried(&report) {
                 mark_do_not_retry(&mut response, grpc);
             }
+            if !grpc && acted(&report) {
+                let status = response.status();
+                mark_may_have_taken_effect(response.headers_mut(), status);
+            }
             Ok(response.map(Either::Left))
         })
     }
@@ -239,6 +243,23 @@ fn is_grpc<B>(request: &Request<B>) -> bool {
 /// retrying its failure would multiply the attempts.
 pub(crate) fn already_retried(report: &crate::Report) -> bool {
     report.gave_up() || report.retries() > 0
+}
+
+/// An annotated call in the handler succeeded, or may have taken effect:
+/// the request was acted on, in part at least.
+pub(crate) fn acted(report: &crate::Report) -> bool {
+    report
+        .attempts()
+        .iter()
+        .any(|a| a.may_have_taken_effect || matches!(a.outcome, crate::AttemptOutcome::Succeeded))
+}
+
+/// Says so on a failure answer: its status (a 503, a 4xx), chosen from the
+/// last failure only, would tell the caller nothing was done.
+pub(crate) fn mark_may_have_taken_effect(headers: &mut ::http::HeaderMap, status: StatusCode) {
+    if status.is_client_error() || status.is_server_error() {
+        crate::http::set_may_have_taken_effect(headers);
+    }
 }
 
 fn mark_do_not_retry<B>(response: &mut Response<B>, grpc: bool) {
