@@ -147,9 +147,7 @@ pub async fn observe<F: Future>(fut: F) -> (F::Output, Report) {
                 let mut sink = sink.borrow_mut();
                 let mut report = std::mem::take(&mut sink.report);
                 if let Some(linked) = sink.linked.take() {
-                    let linked = std::mem::take(&mut *lock(&linked));
-                    report.attempts.extend_from_slice(&linked.attempts);
-                    report.gave_up |= linked.gave_up;
+                    report.absorb(&lock(&linked));
                 }
                 report
             });
@@ -158,11 +156,7 @@ pub async fn observe<F: Future>(fut: F) -> (F::Output, Report) {
         .await;
     // An enclosing `observe` (a server layer's, say) sees these calls too
     // (not forwarded again: they were, as they were made).
-    let _ = REPORT.try_with(|outer| {
-        let mut outer = outer.borrow_mut();
-        outer.report.attempts.extend_from_slice(&report.attempts);
-        outer.report.gave_up |= report.gave_up;
-    });
+    let _ = REPORT.try_with(|outer| outer.borrow_mut().report.absorb(&report));
     (output, report)
 }
 
@@ -174,6 +168,12 @@ pub struct Report {
 }
 
 impl Report {
+    /// Adds what `other` saw to this report.
+    fn absorb(&mut self, other: &Report) {
+        self.attempts.extend_from_slice(&other.attempts);
+        self.gave_up |= other.gave_up;
+    }
+
     /// Every attempt of every annotated call made inside, in the order
     /// they ended (a nested call's attempts end before its caller's).
     pub fn attempts(&self) -> &[AttemptRecord] {

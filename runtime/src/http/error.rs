@@ -206,7 +206,8 @@ impl Error {
     /// a timeout or a broken connection while waiting for the answer, an
     /// undecodable success, a 500/502/504 (see [`classify_status`]'s
     /// table), or any failure the server marked `May-Have-Taken-Effect: ?1`
-    /// (it acted on the request in part before failing). Reconcile such failures by looking the operation up by its
+    /// (it acted on the request in part before failing). Reconcile such
+    /// failures by looking the operation up by its
     /// [`IdempotencyKey`](crate::IdempotencyKey).
     ///
     /// [`classify_status`]: super::classify_status

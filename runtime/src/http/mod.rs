@@ -70,15 +70,26 @@ pub const GRPC_RETRY_PUSHBACK_MS: HeaderName = HeaderName::from_static("grpc-ret
 
 /// `true` when `headers` carry `Do-Not-Retry: ?1`.
 pub fn is_do_not_retry(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(&DO_NOT_RETRY)
-        .iter()
-        .any(|v| v.as_bytes().trim_ascii() == b"?1")
+    says_true(headers, &DO_NOT_RETRY)
 }
 
 /// Marks a response's headers "do not retry".
 pub fn set_do_not_retry(headers: &mut HeaderMap) {
-    headers.insert(DO_NOT_RETRY, HeaderValue::from_static("?1"));
+    set_true(headers, DO_NOT_RETRY);
+}
+
+/// `true` when `headers` carry `name: ?1`, a structured-field boolean
+/// (RFC 8941 §3.3.6) that is true.
+fn says_true(headers: &HeaderMap, name: &HeaderName) -> bool {
+    headers
+        .get_all(name)
+        .iter()
+        .any(|v| v.as_bytes().trim_ascii() == b"?1")
+}
+
+/// Sets `name: ?1`.
+fn set_true(headers: &mut HeaderMap, name: HeaderName) {
+    headers.insert(name, HeaderValue::from_static("?1"));
 }
 
 /// `May-Have-Taken-Effect`: set to `?1` on a failure response whose
@@ -90,15 +101,12 @@ pub const MAY_HAVE_TAKEN_EFFECT: HeaderName = HeaderName::from_static("may-have-
 
 /// `true` when `headers` carry `May-Have-Taken-Effect: ?1`.
 pub fn says_may_have_taken_effect(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(&MAY_HAVE_TAKEN_EFFECT)
-        .iter()
-        .any(|v| v.as_bytes().trim_ascii() == b"?1")
+    says_true(headers, &MAY_HAVE_TAKEN_EFFECT)
 }
 
 /// Marks a failure response's headers "may have taken effect".
 pub fn set_may_have_taken_effect(headers: &mut HeaderMap) {
-    headers.insert(MAY_HAVE_TAKEN_EFFECT, HeaderValue::from_static("?1"));
+    set_true(headers, MAY_HAVE_TAKEN_EFFECT);
 }
 
 /// The deadline budget a request carries: the sooner of `grpc-timeout` and

@@ -73,11 +73,7 @@ pub fn refusal_response(e: &crate::Error) -> Response<String> {
     }
     let mut response = problem(status, &e.to_string(), &extra);
     if let Some(wait) = e.retry_in() {
-        let secs = wait.as_nanos().div_ceil(1_000_000_000);
-        let secs = u64::try_from(secs).unwrap_or(u64::MAX);
-        response
-            .headers_mut()
-            .insert(RETRY_AFTER, HeaderValue::from(secs));
+        set_retry_after(&mut response, wait);
     }
     // Marks the answer as the library's refusal: nothing ran, so an
     // idempotency store must not keep it (`tower::IdempotencyLayer`).
@@ -95,11 +91,11 @@ impl Error {
     /// `Retry-After`, also one that said not to retry) as 503 with the same
     /// `Retry-After`, so this service's callers wait too; the dependency's
     /// refusal of the request's content (a 400, 404, 409, 422 and the like,
-    /// or a request that could not be built) as 424 Failed Dependency (RFC 4918 §11.4: "the requested action
-    /// depended on another action and that action failed"), a 4xx, which
-    /// no caller retries or counts against this service's health (the
-    /// caller's own request may be what the dependency refused), whatever
-    /// it makes of 5xx; any other failure of the dependency (also its
+    /// or a request that could not be built) as 424 Failed Dependency
+    /// (RFC 4918 §11.4: "the requested action depended on another action
+    /// and that action failed"), a 4xx, which no caller retries or counts
+    /// against this service's health (the caller's own request may be what
+    /// the dependency refused), whatever it makes of 5xx; any other failure of the dependency (also its
     /// refusal of this service itself: a 401 or 403) as 502 Bad Gateway
     /// (RFC 9110 §15.6.3: "an invalid response from an inbound server").
     ///
@@ -156,20 +152,14 @@ impl Error {
         }
         let mut response = problem(status, &self.to_string(), &extra);
         if let (Some(wait), false) = (wait, self.is_timeout()) {
-            let secs = wait.as_nanos().div_ceil(1_000_000_000);
-            let secs = u64::try_from(secs).unwrap_or(u64::MAX);
-            response
-                .headers_mut()
-                .insert(RETRY_AFTER, HeaderValue::from(secs));
+            set_retry_after(&mut response, wait);
         }
         if !class.is_retryable() {
             super::set_do_not_retry(response.headers_mut());
         }
         response
     }
-}
 
-impl Error {
     /// The dependency refused this request's content, which may be the
     /// caller's (a 400, 404, 409, 410, 412, 413, 414, 415, 416 or 422), or
     /// a request that could not be built. Not its own failure (a 500, a
@@ -185,6 +175,16 @@ impl Error {
             None => !self.may_have_taken_effect(),
         }
     }
+}
+
+/// `Retry-After` in whole seconds, rounded up: a client that waits as long
+/// never comes back early.
+fn set_retry_after(response: &mut Response<String>, wait: std::time::Duration) {
+    let secs = wait.as_nanos().div_ceil(1_000_000_000);
+    let secs = u64::try_from(secs).unwrap_or(u64::MAX);
+    response
+        .headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from(secs));
 }
 
 fn problem(status: StatusCode, detail: &str, extra: &str) -> Response<String> {

@@ -524,22 +524,14 @@ where
     ResB: Body<Data = Bytes>,
     ResB::Error: Into<BoxError>,
 {
-    // Whether the handler gave up or retried is part of its answer: a
-    // replay must say "do not retry" as the first did.
+    // What the handler's calls did is part of its answer: a replay must say
+    // "do not retry" and "may have taken effect" as the first did.
     let (response, report) = crate::observe(inner.call(request)).await;
     let (mut parts, body) = response?.into_parts();
-    if super::already_retried(&report)
-        && (parts.status.is_client_error() || parts.status.is_server_error())
-    {
-        crate::http::set_do_not_retry(&mut parts.headers);
-    }
+    super::mark_answer(&mut parts.headers, parts.status, &report);
     // An answer that says "not processed" is not kept, unless an annotated
-    // call inside did something: then a retry could do it again (and the
-    // answer, replayed too, says it may have taken effect).
+    // call inside did something: then a retry could do it again.
     let acted = super::acted(&report);
-    if acted {
-        super::mark_may_have_taken_effect(&mut parts.headers, parts.status);
-    }
     let collected = match Limited::new(body, max).collect().await {
         Ok(collected) => collected,
         // The handler ran, and its answer is more than the store keeps:

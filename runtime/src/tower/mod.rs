@@ -204,12 +204,11 @@ where
                 Err(refusal) => return Ok(shutting_down(grpc, &refusal)),
             };
             let mut response = result?;
-            if already_retried(&report) {
-                mark_do_not_retry(&mut response, grpc);
-            }
-            if !grpc && acted(&report) {
+            if !grpc {
                 let status = response.status();
-                mark_may_have_taken_effect(response.headers_mut(), status);
+                mark_answer(response.headers_mut(), status, &report);
+            } else if already_retried(&report) {
+                mark_do_not_retry(&mut response, grpc);
             }
             Ok(response.map(Either::Left))
         })
@@ -254,12 +253,29 @@ pub(crate) fn acted(report: &crate::Report) -> bool {
         .any(|a| a.may_have_taken_effect || matches!(a.outcome, crate::AttemptOutcome::Succeeded))
 }
 
-/// Says so on a failure answer: its status (a 503, a 4xx), chosen from the
-/// last failure only, would tell the caller nothing was done.
-pub(crate) fn mark_may_have_taken_effect(headers: &mut ::http::HeaderMap, status: StatusCode) {
-    if status.is_client_error() || status.is_server_error() {
+/// What the handler's calls did, on its HTTP answer when it is a failure:
+/// "do not retry" when this service already retried; "may have taken
+/// effect" when a call acted, which the status (a 503, a 4xx), chosen from
+/// the last failure only, would not say. Also on the answer an
+/// `IdempotencyLayer` keeps and replays.
+pub(crate) fn mark_answer(
+    headers: &mut ::http::HeaderMap,
+    status: StatusCode,
+    report: &crate::Report,
+) {
+    if !is_failure(status) {
+        return;
+    }
+    if already_retried(report) {
+        crate::http::set_do_not_retry(headers);
+    }
+    if acted(report) {
         crate::http::set_may_have_taken_effect(headers);
     }
+}
+
+fn is_failure(status: StatusCode) -> bool {
+    status.is_client_error() || status.is_server_error()
 }
 
 fn mark_do_not_retry<B>(response: &mut Response<B>, grpc: bool) {
@@ -270,11 +286,8 @@ fn mark_do_not_retry<B>(response: &mut Response<B>, grpc: bool) {
         response
             .headers_mut()
             .insert(GRPC_RETRY_PUSHBACK_MS, HeaderValue::from_static("-1"));
-    } else {
-        let status = response.status();
-        if status.is_client_error() || status.is_server_error() {
-            crate::http::set_do_not_retry(response.headers_mut());
-        }
+    } else if is_failure(response.status()) {
+        crate::http::set_do_not_retry(response.headers_mut());
     }
 }
 
