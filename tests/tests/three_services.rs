@@ -431,6 +431,20 @@ mod do_not_retry {
         (b, stub, b_runs)
     }
 
+    /// A's registry: its breaker on B opens on four failures in four calls.
+    fn breaker_on_b() -> Registry {
+        Registry::builder()
+            .breaker(
+                "service-b",
+                BreakerConfig::default()
+                    .sliding_window(SlidingWindow::CountBased { size: 4 })
+                    .minimum_number_of_calls(4)
+                    .wait_duration_in_open_state(Duration::from_secs(60)),
+            )
+            .build()
+            .unwrap()
+    }
+
     #[resilient(breaker = "service-b", deadline_ms = 5000)]
     async fn call_b_breaker(client: &reqwest::Client, b: SocketAddr) -> Result<String, Error> {
         let r = client.post(format!("http://{b}/b")).send_checked().await?;
@@ -445,16 +459,7 @@ mod do_not_retry {
     #[tokio::test]
     async fn a_forwarded_client_error_leaves_the_callers_breaker_closed() {
         let (b, _stub, _) = start_b(C::NotFound).await;
-        let registry = Registry::builder()
-            .breaker(
-                "service-b",
-                BreakerConfig::default()
-                    .sliding_window(SlidingWindow::CountBased { size: 4 })
-                    .minimum_number_of_calls(4)
-                    .wait_duration_in_open_state(Duration::from_secs(60)),
-            )
-            .build()
-            .unwrap();
+        let registry = breaker_on_b();
         let client = reqwest::Client::new();
         let mut seen = Vec::new();
         registry
@@ -567,6 +572,48 @@ mod do_not_retry {
             "C said 'do not retry'; A retried B's answer {:?} {:?}",
             e.status(),
             e.headers()
+        );
+    }
+
+    #[resilient(
+        breaker = "service-b",
+        deadline_ms = 5000,
+        classify = resilient::http::classify_retrying_500
+    )]
+    async fn call_b_retrying_500(client: &reqwest::Client, b: SocketAddr) -> Result<String, Error> {
+        let r = client.post(format!("http://{b}/b")).send_checked().await?;
+        Ok(r.text().await?)
+    }
+
+    /// `Error::to_response` answers a dependency's refusal of the request
+    /// (C's 404: A's own mistake) with 424 + `Do-Not-Retry`: permanent also
+    /// for a caller that retries 500s (`classify_retrying_500`), whose breaker
+    /// on B opened on its own bad requests (it took the marked 500 this
+    /// answer was for `DoNotRetry`, a failure).
+    #[tokio::test]
+    async fn a_forwarded_client_error_leaves_a_retrying_500_callers_breaker_closed() {
+        let (b, _stub, _) = start_b(C::NotFound).await;
+        let registry = breaker_on_b();
+        let client = reqwest::Client::new();
+        let mut seen = Vec::new();
+        registry
+            .scope(async {
+                for _ in 0..6 {
+                    let e = call_b_retrying_500(&client, b).await.unwrap_err();
+                    seen.push((
+                        e.status(),
+                        resilient::http::classify_retrying_500(&e),
+                        e.classify(),
+                        e.refusal().map(|r| r.kind()),
+                    ));
+                }
+            })
+            .await;
+        let breaker = registry.breaker("service-b").unwrap();
+        assert_eq!(
+            breaker.state(),
+            resilient::State::Closed,
+            "A's breaker on B opened on 404s of A's own requests: {seen:?}"
         );
     }
 }
@@ -805,132 +852,6 @@ mod keyed {
     }
 }
 
-/// `Error::to_response` against callers that retry 500s (review 9): C a
-/// stub dependency, B a resilient service calling it, A the test.
-mod retrying_500 {
-    use super::*;
-    use axum::routing::post;
-    use resilient::tower::IdempotencyLayer;
-    use resilient::{BreakerConfig, Registry, SlidingWindow, State as BState};
-    use std::sync::Mutex;
-
-    #[derive(Clone, Copy, PartialEq, Debug)]
-    enum C {
-        /// The caller's own mistake.
-        NotFound,
-    }
-
-    #[derive(Default)]
-    struct Stub {
-        mode: Mutex<Option<C>>,
-        queries: AtomicU32,
-    }
-
-    async fn c_handler(State(stub): State<Arc<Stub>>) -> Response {
-        stub.queries.fetch_add(1, Ordering::SeqCst);
-        let mode = stub.mode.lock().unwrap().unwrap();
-        match mode {
-            C::NotFound => StatusCode::NOT_FOUND.into_response(),
-        }
-    }
-
-    #[resilient(retries = 2, idempotent, base_ms = 1, cap_ms = 5, deadline_ms = 5000)]
-    async fn call_c(client: &reqwest::Client, c: SocketAddr) -> Result<String, Error> {
-        let r = client.post(format!("http://{c}/c")).send_checked().await?;
-        Ok(r.text().await?)
-    }
-
-    #[derive(Clone)]
-    struct Hop {
-        client: reqwest::Client,
-        c: SocketAddr,
-        b_runs: Arc<AtomicU32>,
-    }
-
-    async fn b_handler(State(hop): State<Hop>) -> Result<String, Error> {
-        hop.b_runs.fetch_add(1, Ordering::SeqCst);
-        call_c(&hop.client, hop.c).await
-    }
-
-    async fn start_b(mode: C) -> (SocketAddr, Arc<Stub>, Arc<AtomicU32>) {
-        let stub = Arc::new(Stub::default());
-        *stub.mode.lock().unwrap() = Some(mode);
-        let c = serve(
-            Router::new()
-                .route("/c", post(c_handler))
-                .with_state(stub.clone()),
-        )
-        .await;
-        let b_runs = Arc::new(AtomicU32::new(0));
-        let hop = Hop {
-            client: reqwest::Client::new(),
-            c,
-            b_runs: b_runs.clone(),
-        };
-        // As the README sets a server up.
-        let b = serve(
-            Router::new()
-                .route("/b", post(b_handler))
-                .with_state(hop)
-                .layer(IdempotencyLayer::new())
-                .layer(ResilienceLayer::new()),
-        )
-        .await;
-        (b, stub, b_runs)
-    }
-
-    #[resilient(
-        breaker = "service-b",
-        deadline_ms = 5000,
-        classify = resilient::http::classify_retrying_500
-    )]
-    async fn call_b_retrying_500(client: &reqwest::Client, b: SocketAddr) -> Result<String, Error> {
-        let r = client.post(format!("http://{b}/b")).send_checked().await?;
-        Ok(r.text().await?)
-    }
-
-    /// `Error::to_response` answers a dependency's refusal of the request
-    /// (C's 404: A's own mistake) with 424 + `Do-Not-Retry`: permanent also
-    /// for a caller that retries 500s (`classify_retrying_500`), whose breaker
-    /// on B opened on its own bad requests (it took the marked 500 this
-    /// answer was for `DoNotRetry`, a failure).
-    #[tokio::test]
-    async fn a_forwarded_client_error_leaves_a_retrying_500_callers_breaker_closed() {
-        let (b, _stub, _) = start_b(C::NotFound).await;
-        let registry = Registry::builder()
-            .breaker(
-                "service-b",
-                BreakerConfig::default()
-                    .sliding_window(SlidingWindow::CountBased { size: 4 })
-                    .minimum_number_of_calls(4)
-                    .wait_duration_in_open_state(Duration::from_secs(60)),
-            )
-            .build()
-            .unwrap();
-        let client = reqwest::Client::new();
-        let mut seen = Vec::new();
-        registry
-            .scope(async {
-                for _ in 0..6 {
-                    let e = call_b_retrying_500(&client, b).await.unwrap_err();
-                    seen.push((
-                        e.status(),
-                        resilient::http::classify_retrying_500(&e),
-                        e.classify(),
-                        e.refusal().map(|r| r.kind()),
-                    ));
-                }
-            })
-            .await;
-        let breaker = registry.breaker("service-b").unwrap();
-        assert_eq!(
-            breaker.state(),
-            BState::Closed,
-            "A's breaker on B opened on 404s of A's own requests: {seen:?}"
-        );
-    }
-}
-
 /// What a service's answer tells its callers when the request did act
 /// (review 10, against a commit of this stop that answered 503 "not
 /// processed" from the last error alone, and kept a marked 500 permanent
@@ -949,9 +870,9 @@ mod answers {
     /// late (after B's attempt timeout); every later request is refused with a
     /// plain 503 before anything is done.
     #[derive(Default)]
-    struct Provider {
-        requests: AtomicU32,
-        charges: AtomicU32,
+    pub(super) struct Provider {
+        pub(super) requests: AtomicU32,
+        pub(super) charges: AtomicU32,
     }
 
     async fn provider(State(p): State<Arc<Provider>>) -> Response {
@@ -964,7 +885,7 @@ mod answers {
     }
 
     #[resilient(retries = 1, base_ms = 1, cap_ms = 5, timeout_ms = 200)]
-    async fn charge_provider(
+    pub(super) async fn charge_provider(
         client: &reqwest::Client,
         p: SocketAddr,
         key: &IdempotencyKey,
@@ -978,13 +899,13 @@ mod answers {
     }
 
     #[derive(Clone)]
-    struct PayState {
-        client: reqwest::Client,
-        p: SocketAddr,
+    pub(super) struct PayState {
+        pub(super) client: reqwest::Client,
+        pub(super) p: SocketAddr,
     }
 
     /// Service B: charges the provider with the request's key.
-    async fn pay(
+    pub(super) async fn pay(
         State(s): State<PayState>,
         headers: axum::http::HeaderMap,
     ) -> Result<String, Error> {
@@ -999,7 +920,7 @@ mod answers {
     /// The client of B, as the README's client: retries, then reconciles when
     /// the report says the charge may have been made.
     #[resilient(retries = 2, base_ms = 1, cap_ms = 5, deadline_ms = 10000)]
-    async fn client_pays(
+    pub(super) async fn client_pays(
         client: &reqwest::Client,
         b: SocketAddr,
         key: &IdempotencyKey,
@@ -1010,6 +931,36 @@ mod answers {
             .send_checked()
             .await?;
         Ok(r.text().await?)
+    }
+
+    /// Service B on `router`, set up as the README sets a server up.
+    pub(super) async fn start_b(router: Router<PayState>, p: SocketAddr) -> SocketAddr {
+        serve(
+            router
+                .with_state(PayState {
+                    client: reqwest::Client::new(),
+                    p,
+                })
+                .layer(IdempotencyLayer::new())
+                .layer(ResilienceLayer::new()),
+        )
+        .await
+    }
+
+    /// The client pays through B once; the provider charged once, so the
+    /// client's report must not say "certainly not charged".
+    pub(super) async fn check_report(b: SocketAddr, p: &Provider) {
+        let client = reqwest::Client::new();
+        let key = IdempotencyKey::random();
+        let (result, report) = resilient::observe(client_pays(&client, b, &key)).await;
+        let charges = p.charges.load(Ordering::SeqCst);
+        let status = result.as_ref().err().and_then(|e| e.status());
+        assert_eq!(charges, 1, "the provider charged once");
+        assert!(
+            result.is_ok() || report.may_have_taken_effect(),
+            "the provider charged, but the client was answered {status:?} and its report says \
+             no attempt may have taken effect ('certainly not charged'): {report:?}"
+        );
     }
 
     /// B's first attempt at the provider timed out after the request went out
@@ -1027,28 +978,8 @@ mod answers {
                 .with_state(provider_state.clone()),
         )
         .await;
-        let b = serve(
-            Router::new()
-                .route("/pay", post(pay))
-                .with_state(PayState {
-                    client: reqwest::Client::new(),
-                    p,
-                })
-                .layer(IdempotencyLayer::new())
-                .layer(ResilienceLayer::new()),
-        )
-        .await;
-        let client = reqwest::Client::new();
-        let key = IdempotencyKey::random();
-        let (result, report) = resilient::observe(client_pays(&client, b, &key)).await;
-        let charges = provider_state.charges.load(Ordering::SeqCst);
-        let status = result.as_ref().err().and_then(|e| e.status());
-        assert_eq!(charges, 1, "the provider charged once");
-        assert!(
-            result.is_ok() || report.may_have_taken_effect(),
-            "the provider charged, but the client was answered {status:?} and its report says \
-             no attempt may have taken effect ('certainly not charged'): {report:?}"
-        );
+        let b = start_b(Router::new().route("/pay", post(pay)), p).await;
+        check_report(b, &provider_state).await;
     }
 
     // ---------------------------------------------------------------------------
@@ -1206,7 +1137,10 @@ mod answers {
     //     provider (success), then its ledger refuses with a plain 503.
 
     #[resilient(deadline_ms = 5000)]
-    async fn charge_once(client: &reqwest::Client, p: SocketAddr) -> Result<String, Error> {
+    pub(super) async fn charge_once(
+        client: &reqwest::Client,
+        p: SocketAddr,
+    ) -> Result<String, Error> {
         let r = client.post(format!("http://{p}/ok")).send_checked().await?;
         Ok(r.text().await?)
     }
@@ -1220,7 +1154,7 @@ mod answers {
         Ok(r.text().await?)
     }
 
-    async fn provider_ok(State(p): State<Arc<Provider>>) -> &'static str {
+    pub(super) async fn provider_ok(State(p): State<Arc<Provider>>) -> &'static str {
         p.charges.fetch_add(1, Ordering::SeqCst);
         "charged"
     }
@@ -1245,28 +1179,8 @@ mod answers {
                 .with_state(provider_state.clone()),
         )
         .await;
-        let b = serve(
-            Router::new()
-                .route("/pay", post(pay_then_record))
-                .with_state(PayState {
-                    client: reqwest::Client::new(),
-                    p,
-                })
-                .layer(IdempotencyLayer::new())
-                .layer(ResilienceLayer::new()),
-        )
-        .await;
-        let client = reqwest::Client::new();
-        let key = IdempotencyKey::random();
-        let (result, report) = resilient::observe(client_pays(&client, b, &key)).await;
-        let charges = provider_state.charges.load(Ordering::SeqCst);
-        let status = result.as_ref().err().and_then(|e| e.status());
-        assert_eq!(charges, 1, "the provider charged once");
-        assert!(
-            result.is_ok() || report.may_have_taken_effect(),
-            "the provider charged, but the client was answered {status:?} and its report says \
-             no attempt may have taken effect ('certainly not charged'): {report:?}"
-        );
+        let b = start_b(Router::new().route("/pay", post(pay_then_record)), p).await;
+        check_report(b, &provider_state).await;
     }
 
     // ---------------------------------------------------------------------------
@@ -1358,65 +1272,14 @@ mod answers {
 mod effect {
     use super::*;
     use axum::routing::post;
-    use resilient::tower::IdempotencyLayer;
-    use resilient::{BreakerConfig, Classification, IdempotencyKey, Registry, SlidingWindow};
+    use resilient::{BreakerConfig, Classification, Registry, SlidingWindow};
     use std::sync::atomic::AtomicBool;
 
-    /// The dependency stub: `/charge` charges; how it answers is set per test.
-    #[derive(Default)]
-    struct Provider {
-        requests: AtomicU32,
-        charges: AtomicU32,
-    }
-
-    #[derive(Clone)]
-    struct St {
-        client: reqwest::Client,
-        p: SocketAddr,
-    }
-
-    /// The README's client: retries, reconciles when the report says the
-    /// charge may have been made.
-    #[resilient(retries = 2, base_ms = 1, cap_ms = 5, deadline_ms = 10000)]
-    async fn client_pays(
-        client: &reqwest::Client,
-        b: SocketAddr,
-        key: &IdempotencyKey,
-    ) -> Result<String, Error> {
-        let r = client
-            .post(format!("http://{b}/pay"))
-            .idempotency_key(key)
-            .send_checked()
-            .await?;
-        Ok(r.text().await?)
-    }
-
-    async fn start_b(router: Router<St>, p: SocketAddr) -> SocketAddr {
-        serve(
-            router
-                .with_state(St {
-                    client: reqwest::Client::new(),
-                    p,
-                })
-                .layer(IdempotencyLayer::new())
-                .layer(ResilienceLayer::new()),
-        )
-        .await
-    }
-
-    async fn check_report(b: SocketAddr, p: &Provider) {
-        let client = reqwest::Client::new();
-        let key = IdempotencyKey::random();
-        let (result, report) = resilient::observe(client_pays(&client, b, &key)).await;
-        let charges = p.charges.load(Ordering::SeqCst);
-        let status = result.as_ref().err().and_then(|e| e.status());
-        assert_eq!(charges, 1, "the provider charged once");
-        assert!(
-            result.is_ok() || report.may_have_taken_effect(),
-            "the provider charged, but the client was answered {status:?} and its report says \
-             no attempt may have taken effect ('certainly not charged'): {report:?}"
-        );
-    }
+    // The provider stub, service B's state and handler, and the client, as
+    // `answers` has them.
+    use super::answers::{
+        PayState as St, Provider, charge_once, check_report, pay, provider_ok, start_b,
+    };
 
     // ---------------------------------------------------------------------------
     // 1. The 424 (new in c62fe4b) after B's call did act.
@@ -1431,29 +1294,6 @@ mod effect {
             return "charged".into_response();
         }
         StatusCode::CONFLICT.into_response()
-    }
-
-    #[resilient(retries = 1, base_ms = 1, cap_ms = 5, timeout_ms = 200)]
-    async fn charge_provider(
-        client: &reqwest::Client,
-        p: SocketAddr,
-        key: &IdempotencyKey,
-    ) -> Result<String, Error> {
-        let r = client
-            .post(format!("http://{p}/charge"))
-            .idempotency_key(key)
-            .send_checked()
-            .await?;
-        Ok(r.text().await?)
-    }
-
-    async fn pay(State(s): State<St>, headers: axum::http::HeaderMap) -> Result<String, Error> {
-        let key = headers
-            .get("idempotency-key")
-            .and_then(|v| v.to_str().ok())
-            .map(|k| IdempotencyKey::from_stable_id(k).unwrap())
-            .unwrap_or_else(IdempotencyKey::random);
-        charge_provider(&s.client, s.p, &key).await
     }
 
     /// B's first attempt timed out after the provider charged; B's retry got
@@ -1473,23 +1313,12 @@ mod effect {
     }
 
     #[resilient(deadline_ms = 5000)]
-    async fn charge_once(client: &reqwest::Client, p: SocketAddr) -> Result<String, Error> {
-        let r = client.post(format!("http://{p}/ok")).send_checked().await?;
-        Ok(r.text().await?)
-    }
-
-    #[resilient(deadline_ms = 5000)]
     async fn send_receipt(client: &reqwest::Client, p: SocketAddr) -> Result<String, Error> {
         let r = client
             .post(format!("http://{p}/receipt"))
             .send_checked()
             .await?;
         Ok(r.text().await?)
-    }
-
-    async fn provider_ok(State(p): State<Arc<Provider>>) -> &'static str {
-        p.charges.fetch_add(1, Ordering::SeqCst);
-        "charged"
     }
 
     async fn receipt_unprocessable() -> StatusCode {
