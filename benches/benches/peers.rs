@@ -60,8 +60,9 @@
 //!
 //! Variants: `floor_retries_traced` and `floor_deadline_traced` run the
 //! sketch inside the `tracing` span the library opens per call with its
-//! default features (disabled, as no subscriber is installed): the cost of
-//! that telemetry at the least. `floor_breaker_unclocked` and
+//! default features (disabled, as no subscriber is installed), kept in the
+//! sketch's state and entered while the body is polled, as the library
+//! keeps its own: the cost of that telemetry at the least. `floor_breaker_unclocked` and
 //! `floor_full_unclocked` are lower bounds, not sketches: the same code
 //! without timing calls at all, which any design of the slow-call check
 //! can only add to.
@@ -385,13 +386,13 @@ const CASES: &[Case] = &[
         id: "floor_retries_traced",
         label: "floor sketch: `retries` by hand, in a `tracing` span",
         two_threads: false,
-        run: |m| m.drive(|x| ok(poll_to_end(floor::traced(floor::retries(move || bare(x)))))),
+        run: |m| m.drive(|x| ok(poll_to_end(floor::retries_traced(move || bare(x))))),
     },
     Case {
         id: "floor_deadline_traced",
         label: "floor sketch: `deadline_ms` by hand, in a `tracing` span",
         two_threads: false,
-        run: |m| m.drive(|x| ok(poll_to_end(floor::traced(floor::deadline(move || bare(x)))))),
+        run: |m| m.drive(|x| ok(poll_to_end(floor::deadline_traced(move || bare(x))))),
     },
     Case {
         id: "floor_breaker_unclocked",

@@ -28,8 +28,8 @@
 //! benchmarked attributes' and the library's defaults.
 //!
 //! No telemetry: no `tracing` span or event and no metrics (the README has
-//! a table of what the library's telemetry costs), except in `traced`,
-//! which puts a sketch in the library's span.
+//! a table of what the library's telemetry costs), except in the `_traced`
+//! variants, which run a sketch in the library's span.
 //!
 //! Lower bounds: `breaker_unclocked` and `full_unclocked` are the breaker
 //! and full sketches without timing their calls at all. They are not the
@@ -794,8 +794,9 @@ fn random() -> u64 {
 pin_project! {
     /// `#[resilient(deadline_ms = 1000)]`: the call's deadline is the
     /// earlier of the inherited one and one second from its start.
-    pub(crate) struct DeadlineCall<M, F> {
+    pub(crate) struct DeadlineCall<M, F, T: Telemetry = Untraced> {
         make: Option<M>,
+        span: T::Span,
         // The deadline is this call's own, not an inherited one: passing
         // it is this call's give-up.
         own: bool,
@@ -803,6 +804,7 @@ pin_project! {
         attempt: Attempt<F>,
         #[pin]
         timer: Option<Sleep>,
+        telemetry: PhantomData<T>,
     }
 }
 
@@ -811,25 +813,42 @@ where
     M: FnOnce() -> F,
     F: Future,
 {
+    deadline_in(make)
+}
+
+/// The `deadline_ms` sketch in the library's per-call span.
+pub(crate) fn deadline_traced<M, F>(make: M) -> DeadlineCall<M, F, InSpan>
+where
+    M: FnOnce() -> F,
+    F: Future,
+{
+    deadline_in(make)
+}
+
+fn deadline_in<M, F: Future, S: Telemetry>(make: M) -> DeadlineCall<M, F, S> {
     DeadlineCall {
         make: Some(make),
+        span: S::NONE,
         own: false,
         attempt: Attempt::idle(),
         timer: None,
+        telemetry: PhantomData,
     }
 }
 
-impl<M, F, T, E> Future for DeadlineCall<M, F>
+impl<M, F, T, E, S> Future for DeadlineCall<M, F, S>
 where
     M: FnOnce() -> F,
     F: Future<Output = Result<T, E>>,
     E: Transient,
+    S: Telemetry,
 {
     type Output = Result<T, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         if let Some(make) = this.make.take() {
+            S::open(this.span);
             let path = match begin(1) {
                 Ok(path) => path,
                 Err(refusal) => return Poll::Ready(Err(refusal.into())),
@@ -853,7 +872,10 @@ where
             let frame = Frame::attempt(&path, path.base, false, Some(deadline));
             this.attempt.as_mut().start(frame, make());
         }
-        let out = ready!(this.attempt.as_mut().poll_timed(this.timer, cx));
+        let out = {
+            let _in_span = S::enter(this.span);
+            ready!(this.attempt.as_mut().poll_timed(this.timer, cx))
+        };
         let frame = &this.attempt.frame;
         reach(frame.high);
         Poll::Ready(match out {
@@ -880,8 +902,9 @@ pin_project! {
     /// `#[resilient(retries = 3, idempotent)]`: up to four attempts, each
     /// a fresh future, a full-jitter backoff between them. No clock read
     /// on the success path.
-    pub(crate) struct RetryCall<M, F> {
+    pub(crate) struct RetryCall<M, F, T: Telemetry = Untraced> {
         make: M,
+        span: T::Span,
         // Attempts started; 0 before the first poll. The last attempt's
         // frame carries the call's path (its cap and deadline are the
         // call's, and its `high` is the call's position after it).
@@ -890,6 +913,7 @@ pin_project! {
         attempt: Attempt<F>,
         #[pin]
         backoff: Option<Sleep>,
+        telemetry: PhantomData<T>,
     }
 }
 
@@ -898,25 +922,42 @@ where
     M: FnMut() -> F,
     F: Future,
 {
+    retries_in(make)
+}
+
+/// The `retries` sketch in the library's per-call span.
+pub(crate) fn retries_traced<M, F>(make: M) -> RetryCall<M, F, InSpan>
+where
+    M: FnMut() -> F,
+    F: Future,
+{
+    retries_in(make)
+}
+
+fn retries_in<M, F: Future, S: Telemetry>(make: M) -> RetryCall<M, F, S> {
     RetryCall {
         make,
+        span: S::NONE,
         number: 0,
         attempt: Attempt::idle(),
         backoff: None,
+        telemetry: PhantomData,
     }
 }
 
-impl<M, F, T, E> Future for RetryCall<M, F>
+impl<M, F, T, E, S> Future for RetryCall<M, F, S>
 where
     M: FnMut() -> F,
     F: Future<Output = Result<T, E>>,
     E: Transient,
+    S: Telemetry,
 {
     type Output = Result<T, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         if *this.number == 0 {
+            S::open(this.span);
             let path = match begin(ATTEMPTS) {
                 Ok(path) => path,
                 Err(refusal) => return Poll::Ready(Err(refusal.into())),
@@ -940,7 +981,10 @@ where
             }
             // No timer of its own: an inherited deadline is the enclosing
             // attempt's timer, which drops this call when it fires.
-            let out = ready!(this.attempt.as_mut().poll_body(cx));
+            let out = {
+                let _in_span = S::enter(this.span);
+                ready!(this.attempt.as_mut().poll_body(cx))
+            };
             let frame = &this.attempt.frame;
             reach(frame.high);
             let error = match out {
@@ -969,22 +1013,39 @@ where
     }
 }
 
-pin_project! {
-    /// A sketch in the span the library opens for every call with its
-    /// default `tracing` feature (the same name, target, level and fields),
-    /// entered for each poll of the sketch: what that telemetry costs at
-    /// least. No subscriber is installed, so the span is disabled, as it is
-    /// in the library's figures. (`tracing::Instrument` would do, but it
-    /// also enters the span to drop the future: about 30 instructions more.)
-    pub(crate) struct Traced<F> {
-        span: tracing::Span,
-        #[pin]
-        inner: F,
+/// Whether a sketch runs in the span the library opens for every call with
+/// its default `tracing` feature: [`Untraced`] for the sketches (no span,
+/// not even an empty place for one), [`InSpan`] for their `_traced`
+/// variants.
+pub(crate) trait Telemetry {
+    /// Where the call keeps its span.
+    type Span;
+    const NONE: Self::Span;
+    /// Opens the call's span, on its first poll.
+    fn open(span: &mut Self::Span);
+    /// Enters the call's span for as long as the guard lives.
+    fn enter(span: &Self::Span) -> Option<tracing::span::Entered<'_>>;
+}
+
+pub(crate) struct Untraced;
+pub(crate) struct InSpan;
+
+impl Telemetry for Untraced {
+    type Span = ();
+    const NONE: () = ();
+
+    #[inline(always)]
+    fn open(_: &mut ()) {}
+
+    #[inline(always)]
+    fn enter(_: &()) -> Option<tracing::span::Entered<'_>> {
+        None
     }
 }
 
-pub(crate) fn traced<F: Future>(inner: F) -> Traced<F> {
-    let span = tracing::info_span!(
+/// The library's per-call span, kept by a sketch (see [`InSpan`]).
+fn call_span() -> tracing::Span {
+    tracing::info_span!(
         target: "resilient",
         "resilient",
         function = "bench",
@@ -992,17 +1053,28 @@ pub(crate) fn traced<F: Future>(inner: F) -> Traced<F> {
         budget = None::<&str>,
         bulkhead = None::<&str>,
         deadline_ms = tracing::field::Empty,
-    );
-    Traced { span, inner }
+    )
 }
 
-impl<F: Future> Future for Traced<F> {
-    type Output = F::Output;
+/// The library's per-call span (the same name, target, level and fields).
+/// No subscriber is installed, so it is disabled, as it is in the library's
+/// figures. The sketch keeps it in its own state, made on the first poll
+/// and entered while the body is polled, as the library keeps its span: a
+/// wrapper future holding the span would move the whole call into it, a
+/// copy the library does not make (this wrapper measured 36 instructions
+/// per call more for `retries`).
+impl Telemetry for InSpan {
+    type Span = Option<tracing::Span>;
+    const NONE: Option<tracing::Span> = None;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let this = self.project();
-        let _in_span = this.span.enter();
-        this.inner.poll(cx)
+    #[inline(always)]
+    fn open(span: &mut Option<tracing::Span>) {
+        *span = Some(call_span());
+    }
+
+    #[inline(always)]
+    fn enter(span: &Option<tracing::Span>) -> Option<tracing::span::Entered<'_>> {
+        span.as_ref().map(tracing::Span::enter)
     }
 }
 
