@@ -69,7 +69,8 @@ const DEFAULT_MAX_RUN_WITHOUT_CLIENT: Duration = Duration::from_secs(60);
 /// * A handler that panics, fails without an answer (a service error), is
 ///   cut as above, or is dropped with a request outside a tokio runtime, is
 ///   answered `500`, and that answer is kept: it may have done part of the
-///   work. For the same reason, a `ResilienceLayer` inside this one that
+///   work. It says so (`May-Have-Taken-Effect: ?1`), and `Do-Not-Retry: ?1`,
+///   since a retry under the key gets it again. For the same reason, a `ResilienceLayer` inside this one that
 ///   cuts a running handler at its deadline answers a `504` that is kept;
 ///   only its refusals before the handler ran are forgotten.
 /// * The same key with a different method, path or body is refused with
@@ -414,12 +415,19 @@ impl Drop for RunGuard {
 }
 
 /// The answer of a request whose handler started and did not answer: it
-/// panicked, or its task was cancelled (the runtime shut down).
+/// panicked, or its task was cancelled (the runtime shut down). Marked
+/// `May-Have-Taken-Effect`, since the handler may have acted before it
+/// stopped, and `Do-Not-Retry`, since a retry under the key gets this
+/// answer again (and a caller's breaker counts it, as a failure of this
+/// service).
 fn interrupted() -> Stored {
-    problem_stored(
+    let mut stored = problem_stored(
         StatusCode::INTERNAL_SERVER_ERROR,
         "the handler stopped before answering; it may have carried out part of the request, so it is not run again for this Idempotency-Key",
-    )
+    );
+    crate::http::set_may_have_taken_effect(&mut stored.headers);
+    crate::http::set_do_not_retry(&mut stored.headers);
+    stored
 }
 
 /// A stored answer, as given to the request that made it.
