@@ -39,12 +39,20 @@ pub fn fallback_served(policy: &'static Policy) -> FallbackBudget {
     // layer) runs, so that a panic there cannot leave it held.
     let budget = crate::frame::take_held_for_fallback();
     crate::Registry::count_fallback_served(policy.function());
+    // The call's span has closed with the call: the event names its parts
+    // as the span did, so that it is found with the call's other events.
     #[cfg(feature = "tracing")]
-    tracing::warn!(
-        target: "resilient",
-        function = policy.function(),
-        "call failed; its fallback answers"
-    );
+    {
+        let names = policy.names();
+        tracing::warn!(
+            target: "resilient",
+            function = policy.function(),
+            breaker = names.breaker,
+            budget = names.budget,
+            bulkhead = names.bulkhead,
+            "call failed; its fallback answers"
+        );
+    }
     crate::frame::report_budget(budget.clone());
     FallbackBudget(budget)
 }

@@ -9,7 +9,7 @@
 //! | span `resilient` per call (`function`, `breaker`, `budget`, `bulkhead`, `deadline_ms` left at entry) | INFO |
 //! | an attempt failed, a retry follows (`attempt`, `error`, `class`, `delay_ms`, `delay_from`, `deadline_left_ms`) | DEBUG |
 //! | the call gives up on a retryable failure (`attempt`, `error`, `class`, `why`) | WARN |
-//! | the call's fallback answers | WARN |
+//! | the call's fallback answers (`function`, `breaker`, `budget`, `bulkhead`: the call's span has closed) | WARN |
 //! | a failure this layer does not retry (not retryable, left to an enclosing layer, or refused by a breaker, bulkhead, throttle, deadline or shutdown; `why`) | DEBUG |
 //!
 //! A successful call logs nothing at any level: its span is only a context

@@ -220,6 +220,15 @@ async fn degraded(_fails: &AtomicU32, _error: E) -> Result<u32, E> {
     Ok(0)
 }
 
+async fn served_stale(_error: E) -> Result<u32, E> {
+    Ok(0)
+}
+
+#[resilient(breaker = "tracing-fallback", bulkhead = "tracing-fallback", fallback = served_stale)]
+async fn open_with_fallback() -> Result<u32, E> {
+    Ok(1)
+}
+
 #[resilient(retries = 1, idempotent, base_ms = 1, cap_ms = 1, fallback = degraded)]
 async fn with_fallback(fails: &AtomicU32) -> Result<u32, E> {
     fail_while(fails, || E::Unavailable)
@@ -421,6 +430,30 @@ async fn a_fallback_answering_is_a_warning() {
         warnings[1].field("function"),
         "telemetry_tracing::with_fallback"
     );
+}
+
+/// The fallback answers after the call's span has closed: its warning
+/// names the call's breaker and bulkhead, as the span did.
+#[tokio::test(start_paused = true)]
+async fn a_fallback_warning_names_the_calls_parts() {
+    let registry = scoped();
+    let (captured, _guard) = capture(LevelFilter::TRACE);
+    assert_eq!(registry.scope(open_with_fallback()).await.unwrap(), 1);
+    registry
+        .breaker("tracing-fallback")
+        .unwrap()
+        .transition_to(State::ForcedOpen);
+    assert_eq!(registry.scope(open_with_fallback()).await.unwrap(), 0);
+    let warnings: Vec<_> = captured
+        .resilient_events()
+        .into_iter()
+        .filter(|e| e.level == Level::WARN)
+        .collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(warnings[0].message(), "call failed; its fallback answers");
+    assert_eq!(warnings[0].field("breaker"), "tracing-fallback");
+    assert_eq!(warnings[0].field("bulkhead"), "tracing-fallback");
+    assert!(!warnings[0].fields.contains_key("budget"), "{warnings:?}");
 }
 
 #[tokio::test(start_paused = true)]
