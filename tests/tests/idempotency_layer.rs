@@ -598,16 +598,39 @@ async fn record_charge() -> Result<(), resilient::http::Error> {
     Ok(())
 }
 
-/// Charges through an annotated call, then answers 503 (which alone says
-/// "not processed, retry").
-async fn charge_then_busy() -> (StatusCode, &'static str) {
+/// Charges through an annotated call, then answers 503 + `Retry-After: 1`
+/// (which alone says "not processed, retry in a second").
+async fn charge_then_busy() -> (StatusCode, [(&'static str, &'static str); 1], &'static str) {
     record_charge().await.unwrap();
-    (StatusCode::SERVICE_UNAVAILABLE, "busy after charging")
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        [("retry-after", "1")],
+        "busy after charging",
+    )
+}
+
+/// A caller that retries 503s and obeys `Retry-After`.
+#[resilient::resilient(retries = 3, base_ms = 1, cap_ms = 2, idempotent)]
+async fn pay_busy(
+    client: &reqwest::Client,
+    addr: SocketAddr,
+    key: &resilient::IdempotencyKey,
+) -> Result<String, resilient::http::Error> {
+    use resilient::reqwest::RequestBuilderExt;
+    Ok(client
+        .post(format!("http://{addr}/charges"))
+        .idempotency_key(key)
+        .body("1")
+        .send_checked()
+        .await?
+        .text()
+        .await?)
 }
 
 /// A "not processed" answer is kept when an annotated call inside the
 /// handler succeeded: the work is partly done, and a retry must not run
-/// it again.
+/// it again. Kept, it no longer invites a retry: its `Retry-After` would
+/// send the caller back for the same stored answer until the key expires.
 #[tokio::test]
 async fn a_not_processed_answer_is_kept_when_a_call_inside_did_its_work() {
     let router = Router::new()
@@ -619,6 +642,34 @@ async fn a_not_processed_answer_is_kept_when_a_call_inside_did_its_work() {
     let again = post_charge(addr, Some("acted"), "1").await;
     assert_eq!((again.0, again.1), (StatusCode::SERVICE_UNAVAILABLE, true));
     assert_eq!(ACTED_RUNS.load(Ordering::SeqCst), 1);
+
+    // What a caller reads: may have taken effect, do not retry, no wait.
+    let client = reqwest::Client::new();
+    let key = resilient::IdempotencyKey::random();
+    let answer = client
+        .post(format!("http://{addr}/charges"))
+        .header("idempotency-key", key.as_str())
+        .body("1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(answer.headers().get("retry-after").is_none());
+    assert!(resilient::http::is_do_not_retry(answer.headers()));
+    assert!(resilient::http::says_may_have_taken_effect(
+        answer.headers()
+    ));
+    assert_eq!(ACTED_RUNS.load(Ordering::SeqCst), 2);
+
+    // A caller that obeys Retry-After asks once, and knows the charge may
+    // have been made.
+    let key = resilient::IdempotencyKey::random();
+    let (result, report) = resilient::observe(pay_busy(&client, addr, &key)).await;
+    let error = result.unwrap_err();
+    assert_eq!(error.status(), Some(StatusCode::SERVICE_UNAVAILABLE));
+    assert!(error.may_have_taken_effect(), "{error:?}");
+    assert_eq!(report.attempts().len(), 1, "{report:?}");
+    assert_eq!(ACTED_RUNS.load(Ordering::SeqCst), 3);
 }
 
 static HUNG_RUNS: AtomicU32 = AtomicU32::new(0);

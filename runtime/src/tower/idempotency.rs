@@ -52,6 +52,10 @@ const DEFAULT_MAX_RUN_WITHOUT_CLIENT: Duration = Duration::from_secs(60);
 ///   before doing anything). Such an answer is kept all the same when an
 ///   annotated call inside the handler succeeded or may have taken effect
 ///   (as [`observe`](crate::observe) reports it): part of the work is done.
+///   It then says so (`May-Have-Taken-Effect: ?1`) and no longer invites a
+///   retry: its `Retry-After` is removed and it is marked `Do-Not-Retry:
+///   ?1`, since a retry under the key would get the same answer until the
+///   key expires.
 /// * A request with the same key that arrives while the first runs waits
 ///   for it and gets its answer (whatever it is); one that arrives later
 ///   gets the stored answer at once. Both carry `Idempotent-Replayed: true`.
@@ -538,8 +542,15 @@ where
     let (mut parts, body) = response?.into_parts();
     super::mark_answer(&mut parts.headers, parts.status, &report);
     // An answer that says "not processed" is not kept, unless an annotated
-    // call inside did something: then a retry could do it again.
+    // call inside did something: then a retry could do it again. Kept, it
+    // no longer invites a retry: one under the key would get it again, for
+    // as long as the key is kept, not a new run.
     let acted = super::acted(&report);
+    let kept_though_not_processed = acted && !is_final(&parts);
+    if kept_though_not_processed {
+        parts.headers.remove(::http::header::RETRY_AFTER);
+        crate::http::set_do_not_retry(&mut parts.headers);
+    }
     let collected = match Limited::new(body, max).collect().await {
         Ok(collected) => collected,
         // The handler ran, and its answer is more than the store keeps:
@@ -570,7 +581,10 @@ where
         headers: parts.headers.clone(),
         body: collected.to_bytes(),
     });
-    guard.complete(Some(stored.clone()), is_final(&parts) || acted);
+    guard.complete(
+        Some(stored.clone()),
+        kept_though_not_processed || is_final(&parts),
+    );
     let mut response = Response::from_parts(parts, Either::Right(Full::new(stored.body.clone())));
     response.headers_mut().remove(IDEMPOTENT_REPLAYED);
     Ok(response)
