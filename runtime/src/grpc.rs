@@ -16,6 +16,14 @@ use crate::Classification;
 /// The `grpc-retry-pushback-ms` metadata key.
 pub const RETRY_PUSHBACK_MS: &str = "grpc-retry-pushback-ms";
 
+/// The `may-have-taken-effect` metadata key: `?1` on a failed call whose
+/// server acted on it in part (an annotated call in the handler succeeded
+/// or may have taken effect), which a code such as `UNAVAILABLE` alone
+/// would deny. `resilient::tower::ResilienceLayer` sets it on a failure
+/// sent in the response headers (trailers-only), as it sets
+/// `May-Have-Taken-Effect` over HTTP.
+pub const MAY_HAVE_TAKEN_EFFECT: &str = "may-have-taken-effect";
+
 /// The gRPC status codes this module names (the values of the wire
 /// protocol; `OK` is 0).
 pub mod code {

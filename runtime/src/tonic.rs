@@ -32,7 +32,7 @@
 use ::tonic::metadata::MetadataValue;
 use ::tonic::{Code, Status};
 
-use crate::grpc::{RETRY_PUSHBACK_MS, classify_code, parse_pushback};
+use crate::grpc::{MAY_HAVE_TAKEN_EFFECT, RETRY_PUSHBACK_MS, classify_code, parse_pushback};
 use crate::{Classification, Classify, ErrorKind};
 
 /// By the status code and the server's pushback; see [`crate::grpc::classify_code`].
@@ -62,13 +62,28 @@ impl Classify for Status {
         classify_code(self.code() as i32, pushback).unwrap_or(Classification::Permanent)
     }
 
+    /// By the code, or by `may-have-taken-effect: ?1` in the metadata:
+    /// `ResilienceLayer` marks so a failure whose handler had an annotated
+    /// call act first, which an `UNAVAILABLE` alone would deny.
     fn may_have_taken_effect(&self) -> bool {
-        refusal(self).is_none() && status_may_have_taken_effect(self)
+        refusal(self).is_none()
+            && (status_may_have_taken_effect(self)
+                || self
+                    .metadata()
+                    .get_all(MAY_HAVE_TAKEN_EFFECT)
+                    .iter()
+                    .any(|v| says_true(v.as_bytes())))
     }
 
     fn is_refusal(&self) -> Option<bool> {
         Some(refusal(self).is_some())
     }
+}
+
+/// `true` when a metadata value says `?1` (a structured-field boolean,
+/// RFC 8941 §3.3.6, that is true).
+fn says_true(value: &[u8]) -> bool {
+    value.trim_ascii() == b"?1"
 }
 
 /// The library's refusal a status was made from in this process.

@@ -311,3 +311,56 @@ async fn check_through_breaker(mut client: HealthClient<Channel>) -> Result<i32,
     });
     Ok(client.check(request).await?.into_inner().status)
 }
+
+/// A write this service makes before its handler fails (always succeeds).
+#[resilient(deadline_ms = 1000)]
+async fn write_ledger() -> Result<(), std::io::Error> {
+    Ok(())
+}
+
+#[resilient(deadline_ms = 800)]
+async fn check_once(mut client: HealthClient<Channel>) -> Result<i32, Status> {
+    let request = tonic::Request::new(HealthCheckRequest {
+        service: "payments".to_owned(),
+    });
+    Ok(client.check(request).await?.into_inner().status)
+}
+
+/// A gRPC handler that wrote through an annotated call and then failed
+/// with `UNAVAILABLE`, which alone reads "not processed": behind
+/// `ResilienceLayer` its answer carries `may-have-taken-effect: ?1`, and
+/// the caller's report says the call may have taken effect. Before, the
+/// caller read "certainly not done" for a request that wrote.
+#[tokio::test]
+async fn a_grpc_failure_after_a_write_says_it_may_have_taken_effect() {
+    let acting = tower::layer::layer_fn(|_inner: tonic::service::Routes| {
+        tower::service_fn(|_: http::Request<tonic::body::Body>| async {
+            write_ledger().await.unwrap();
+            Ok::<_, std::convert::Infallible>(
+                Status::unavailable("mailer down")
+                    .into_http::<tonic::body::Body>()
+                    .map(|_| tonic::body::Body::empty()),
+            )
+        })
+    });
+    let (_reporter, health) = tonic_health::server::health_reporter();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        Server::builder()
+            .layer(ResilienceLayer::new())
+            .layer(acting)
+            .add_service(health)
+            .serve_with_incoming(TcpIncoming::from(listener))
+            .await
+            .unwrap()
+    });
+    let (result, report) = resilient::observe(check_once(client(addr))).await;
+    server.abort();
+    let status = result.unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(status.may_have_taken_effect(), "{status:?}");
+    assert!(report.may_have_taken_effect(), "{report:?}");
+    // The mark alone: an UNAVAILABLE without it did nothing.
+    assert!(!Status::unavailable("down").may_have_taken_effect());
+}

@@ -35,7 +35,12 @@
 //!    or `grpc-retry-pushback-ms: -1` (gRPC, proposal A6), also when the
 //!    deadline cut the handler, so the caller's client does not retry what
 //!    this service already retried: one retrying layer across services,
-//!    not one per hop.
+//!    not one per hop;
+//! 4. when an annotated call inside the handler succeeded or may have taken
+//!    effect, marks a failure response `May-Have-Taken-Effect: ?1` (HTTP)
+//!    or `may-have-taken-effect: ?1` (gRPC, on a failure sent in the
+//!    headers, which is how tonic answers a handler's error): its status
+//!    (a 503, a 4xx, `UNAVAILABLE`) would tell the caller "not done".
 //!
 //! The library's refusals returned by a handler become responses by
 //! [`refusal_response`](crate::http::refusal_response) (axum: `IntoResponse`,
@@ -207,8 +212,13 @@ where
             if !grpc {
                 let status = response.status();
                 mark_answer(response.headers_mut(), status, &report);
-            } else if already_retried(&report) {
-                mark_do_not_retry(&mut response, grpc);
+            } else {
+                if already_retried(&report) {
+                    mark_do_not_retry(&mut response, grpc);
+                }
+                if acted(&report) && is_grpc_failure(response.headers()) {
+                    crate::http::set_may_have_taken_effect(response.headers_mut());
+                }
             }
             Ok(response.map(Either::Left))
         })
@@ -272,6 +282,16 @@ pub(crate) fn mark_answer(
     if acted(report) {
         crate::http::set_may_have_taken_effect(headers);
     }
+}
+
+/// A gRPC answer that is a failure in its headers: a trailers-only
+/// response (what tonic sends for a handler's error before any message)
+/// with a `grpc-status` other than `0`. A failure in the trailers, after
+/// messages, is not seen here.
+fn is_grpc_failure(headers: &::http::HeaderMap) -> bool {
+    headers
+        .get("grpc-status")
+        .is_some_and(|code| code.as_bytes().trim_ascii() != b"0")
 }
 
 fn is_failure(status: StatusCode) -> bool {
