@@ -146,7 +146,10 @@ pub const BREAKER_BUFFERED_CALLS: &str = "resilient_breaker_buffered_calls";
 /// Labels: `breaker`.
 pub const BREAKER_NOT_PERMITTED: &str = "resilient_breaker_not_permitted_calls_total";
 
-/// Counter: state transitions, counted as they happen.
+/// Counter: state transitions since the breaker was made. Each breaker
+/// counts its own as they happen; the counter is set to those totals by
+/// [`publish`] and at once by [`spawn_publisher`] on each transition, so
+/// none is missed when the breaker event queue drops events.
 ///
 /// Labels: `breaker`; `from` and `to`: states as in [`BREAKER_STATE`].
 pub const BREAKER_TRANSITIONS: &str = "resilient_breaker_transitions_total";
@@ -396,6 +399,25 @@ fn state_label(state: State) -> &'static str {
     }
 }
 
+/// Sets the transition counters of `breaker` to its totals: every pair of
+/// states it moved between.
+fn publish_transitions(breaker: &crate::Breaker) {
+    for from in STATES {
+        for to in STATES {
+            let n = breaker.transitions_total(from, to);
+            if n > 0 {
+                ::metrics::counter!(
+                    BREAKER_TRANSITIONS,
+                    "breaker" => breaker.name().to_string(),
+                    "from" => state_label(from),
+                    "to" => state_label(to)
+                )
+                .absolute(n);
+            }
+        }
+    }
+}
+
 const STATES: [State; 6] = [
     State::Closed,
     State::Open,
@@ -436,6 +458,9 @@ pub fn publish(registry: &Registry) {
                 breaker.not_permitted_total()
             });
         ::metrics::counter!(BREAKER_NOT_PERMITTED, "breaker" => name).absolute(refused);
+        if let Some(breaker) = registry.breaker(&b.name) {
+            publish_transitions(&breaker);
+        }
     }
     for b in &snapshot.bulkheads {
         let name = b.name.clone();
@@ -455,7 +480,7 @@ pub fn publish(registry: &Registry) {
     ::metrics::gauge!(SHUTTING_DOWN).set(if shutdown.is_draining() { 1.0 } else { 0.0 });
 }
 
-/// Publishes `registry` every `every` (see [`publish`]) and counts breaker
+/// Publishes `registry` every `every` (see [`publish`]) and publishes breaker
 /// transitions as they happen ([`BREAKER_TRANSITIONS`]), updating the
 /// state gauges at once. Runs on the current tokio runtime until the
 /// returned handle is dropped.
@@ -469,15 +494,15 @@ pub fn publish(registry: &Registry) {
 /// Outside a tokio runtime, like `tokio::spawn`.
 pub fn spawn_publisher(registry: Registry, every: Duration) -> Publisher {
     describe();
-    let events = registry.subscribe(|event| {
-        if let crate::BreakerEvent::StateTransition { name, from, to, .. } = event {
-            ::metrics::counter!(
-                BREAKER_TRANSITIONS,
-                "breaker" => name.to_string(),
-                "from" => state_label(*from),
-                "to" => state_label(*to)
-            )
-            .increment(1);
+    let breakers = registry.clone();
+    let events = registry.subscribe(move |event| {
+        if let crate::BreakerEvent::StateTransition { name, to, .. } = event {
+            // The totals the breaker counted, not one per event: an event
+            // the queue dropped (a slow subscriber, a burst of refusals)
+            // is counted all the same, here or at the next publish.
+            if let Some(breaker) = breakers.breaker(name) {
+                publish_transitions(&breaker);
+            }
             for state in STATES {
                 ::metrics::gauge!(BREAKER_STATE, "breaker" => name.to_string(), "state" => state_label(state))
                     .set(if state == *to { 1.0 } else { 0.0 });

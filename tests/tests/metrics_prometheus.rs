@@ -60,6 +60,11 @@ async fn pay() -> Result<u32, E> {
     Ok(1)
 }
 
+#[resilient(breaker = "m-flap")]
+async fn flap() -> Result<u32, E> {
+    Ok(1)
+}
+
 #[resilient(retries = 2, idempotent, base_ms = 1, cap_ms = 1, breaker = "m-flaky")]
 async fn flaky(fails: &AtomicU32) -> Result<u32, E> {
     fail_while(fails)
@@ -206,6 +211,7 @@ async fn a_prometheus_scrape_shows_calls_attempts_retries_and_every_part() {
 
     let registry = Registry::builder()
         .breaker("m-pay", BreakerConfig::default())
+        .breaker("m-flap", BreakerConfig::default())
         .bulkhead("m-full", BulkheadConfig::default().max_concurrent(1))
         .bulkhead(
             "m-wait",
@@ -508,6 +514,36 @@ async fn a_prometheus_scrape_shows_calls_attempts_retries_and_every_part() {
         3.0,
         "one refusal before the reset, two after"
     );
+
+    // Transitions are counted by the breaker, not from its events: a slow
+    // subscriber and a burst of refusals fill the event queue, which drops
+    // the transition events, and every transition is counted all the same.
+    let slow = registry.subscribe(|_| std::thread::sleep(Duration::from_millis(5)));
+    let flapping = registry.breaker("m-flap").unwrap();
+    for _ in 0..2 {
+        flapping.transition_to(State::ForcedOpen);
+        for _ in 0..2 * resilient::EventHub::QUEUE_CAPACITY {
+            assert!(matches!(registry.scope(flap()).await, Err(E::Refused(_))));
+        }
+        flapping.transition_to(State::Closed);
+    }
+    assert!(
+        slow.dropped_events() > 0,
+        "the queue dropped events, as it must for this check to mean anything"
+    );
+    resilient::metrics::publish(&registry);
+    let flapped = parse(&scrape(port).await);
+    for (from, to) in [("closed", "forced_open"), ("forced_open", "closed")] {
+        assert_eq!(
+            get(
+                &flapped,
+                names::BREAKER_TRANSITIONS,
+                &[("breaker", "m-flap"), ("from", from), ("to", to)]
+            ),
+            2.0,
+            "{from} -> {to}"
+        );
+    }
 
     // Labels come only from function and part names and fixed words.
     for (name, labels) in s.keys() {

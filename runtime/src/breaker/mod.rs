@@ -112,8 +112,18 @@ pub struct Breaker {
     /// `not_permitted` at the last [`reset`](Breaker::reset): the snapshot
     /// counts from there.
     not_permitted_at_reset: AtomicU64,
+    /// Transitions made since the breaker was made, by `from` and `to`
+    /// (`State as usize`): counted where they happen, so that the exported
+    /// counter ([`crate::metrics`]) misses none, also when the event queue
+    /// drops their events; never reset, so that it only rises.
+    #[cfg(feature = "metrics")]
+    transitions: [AtomicU64; STATE_COUNT * STATE_COUNT],
     events: Arc<EventHub>,
 }
+
+/// How many [`State`]s there are.
+#[cfg(feature = "metrics")]
+const STATE_COUNT: usize = 6;
 
 impl fmt::Debug for Breaker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -168,6 +178,8 @@ impl Breaker {
             config,
             not_permitted: AtomicU64::new(0),
             not_permitted_at_reset: AtomicU64::new(0),
+            #[cfg(feature = "metrics")]
+            transitions: [const { AtomicU64::new(0) }; STATE_COUNT * STATE_COUNT],
             events,
         }
     }
@@ -339,6 +351,12 @@ impl Breaker {
         self.not_permitted.load(Ordering::Relaxed)
     }
 
+    /// Transitions from `from` to `to` since the breaker was made.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn transitions_total(&self, from: State, to: State) -> u64 {
+        self.transitions[from as usize * STATE_COUNT + to as usize].load(Ordering::Relaxed)
+    }
+
     /// Calls `f` with every event of this breaker until the returned
     /// [`Subscription`] is dropped.
     ///
@@ -411,6 +429,8 @@ impl Breaker {
     /// subscriber that wants it, and events are queued without allocating.
     fn announce(&self, t: Transition, reset: bool) {
         let (from, to) = (State::of(t.from), State::of(t.to));
+        #[cfg(feature = "metrics")]
+        self.transitions[from as usize * STATE_COUNT + to as usize].fetch_add(1, Ordering::Relaxed);
         let reason = self.reason(&t, reset);
         #[cfg(feature = "tracing")]
         {
