@@ -690,3 +690,47 @@ fn half_open_never_admits_more_than_the_permitted_probes_at_once() {
     assert!(b.try_acquire().is_err());
     drop(probes);
 }
+
+/// Threads sharing a breaker over a dependency that fails every call: the
+/// breaker opens after its window's minimum of failures, give or take the
+/// calls in flight, however the threads are scheduled. A count window
+/// hands its positions out a block at a time per shard of threads; a
+/// thread descheduled mid-block left empty slots that kept the window
+/// under its minimum while the others overwrote failures with failures
+/// (an outside review saw 137 to 400 calls reach the dependency; the
+/// deterministic case is a loom model in `model_breaker.rs`).
+#[test]
+fn threads_sharing_a_breaker_open_it_at_its_minimum_of_failures() {
+    const THREADS: usize = 4;
+    for round in 0..30 {
+        let b = Arc::new(breaker(
+            BreakerConfig::default()
+                .sliding_window(SlidingWindow::CountBased { size: 100 })
+                .minimum_number_of_calls(100),
+        ));
+        let admitted = Arc::new(AtomicUsize::new(0));
+        let start = Arc::new(std::sync::Barrier::new(THREADS));
+        let threads: Vec<_> = (0..THREADS)
+            .map(|_| {
+                let (b, admitted, start) = (b.clone(), admitted.clone(), start.clone());
+                std::thread::spawn(move || {
+                    start.wait();
+                    while admitted.load(Ordering::SeqCst) < 400 {
+                        let Ok(permit) = b.try_acquire() else { break };
+                        admitted.fetch_add(1, Ordering::SeqCst);
+                        permit.record(FAILURE);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let admitted = admitted.load(Ordering::SeqCst);
+        assert_eq!(b.state(), State::Open, "round {round}: {:?}", b.snapshot());
+        assert!(
+            (100..=100 + 2 * THREADS).contains(&admitted),
+            "round {round}: {admitted} calls admitted before a window of 100 all failures opened"
+        );
+    }
+}

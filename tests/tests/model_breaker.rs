@@ -6,7 +6,7 @@
 
 mod sync {
     pub(crate) mod atomic {
-        pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+        pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
     }
 
     use std::cell::Cell;
@@ -557,5 +557,56 @@ fn count_window_three_threads_of_one_shard_take_distinct_positions() {
         }
         assert_totals_match_slots(&window);
         assert_eq!(window.totals(), Some((6, 3, 0)));
+    });
+}
+
+/// A shard of threads takes a count window's positions a block at a time;
+/// a thread that records once and then stops making calls leaves the rest
+/// of its block empty until the window wraps onto those slots again. The
+/// breaker opens once its minimum of outcomes has been recorded, all
+/// failures, not only once every slot holds one: before, a window of 100
+/// stayed closed here until the 195th failure (and, with such a block in
+/// every pass, for ever).
+#[test]
+fn a_count_window_with_positions_a_shard_left_unused_opens_at_its_minimum() {
+    // One modelled thread, switching shards: one interleaving, but some
+    // thousands of atomic operations, over loom's default branch limit.
+    let mut builder = loom::model::Builder::new();
+    builder.max_branches = 100_000;
+    builder.check(|| {
+        let core = Core::new(settings(WindowKind::Count(100), 100, 1), Phase::Closed);
+        let fail = |core: &Core| {
+            let (admission, _) = admitted(core.try_acquire(0)).expect("admitted while closed");
+            let failure = Sample::Call {
+                failed: true,
+                slow: false,
+                hold_until_ns: None,
+            };
+            core.record(admission, failure, 0)[0].is_some()
+        };
+        // Shard 0 fills slots 0 to 95 with failures (16 blocks of 6).
+        for _ in 0..96 {
+            assert!(!fail(&core));
+        }
+        // A thread of shard 1 takes the block of slots 96 to 99 (and two
+        // more positions), records one failure and stops.
+        sync::set_shard(1);
+        assert!(!fail(&core));
+        sync::set_shard(0);
+        // Shard 0 goes on: its next block starts on slot 2, so slots 97
+        // to 99 stay empty for the next 95 records.
+        let mut opened_at = None;
+        for recorded in 98..=300 {
+            if fail(&core) {
+                opened_at = Some(recorded);
+                break;
+            }
+        }
+        assert_eq!(
+            opened_at,
+            Some(100),
+            "opened after this many failures recorded"
+        );
+        assert_eq!(core.phase(), Phase::Open);
     });
 }

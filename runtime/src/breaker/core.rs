@@ -47,7 +47,7 @@
 //!   for the counts that must change in the same compare-and-swap.)
 
 use crate::sync::SHARDS;
-use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use crate::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 const GEN_SHIFT: u32 = 3;
 const GEN_BITS: u32 = 21;
@@ -405,6 +405,13 @@ enum Slots {
         /// its remainder by two multiplications (`Modulo`) where a 64-bit one
         /// needs a division.
         next: AtomicU32,
+        /// `next` when the window was last emptied: the positions handed
+        /// out since are `next - start` (wrapping).
+        start: AtomicU32,
+        /// At least the window's size of outcomes have been recorded since
+        /// it was last emptied (sticky until then): see
+        /// [`Window::recorded_enough`].
+        filled: AtomicBool,
         /// Positions are handed out `block` at a time to each shard of
         /// threads (`crate::sync::shard`), which records into them in order
         /// through its own cursor, on its own cache line: threads of
@@ -496,6 +503,8 @@ impl Window {
                 Slots::Count {
                     slots: (0..size).map(|_| AtomicU32::new(0)).collect(),
                     next: AtomicU32::new(0),
+                    start: AtomicU32::new(0),
+                    filled: AtomicBool::new(false),
                     cursors: Box::new(std::array::from_fn(|_| Cursor(AtomicU64::new(0)))),
                     // A sixteenth of the window, up to 8: the window of 100
                     // calls by default hands out 6 at a time; windows under
@@ -515,10 +524,14 @@ impl Window {
         }
     }
 
-    /// Puts one outcome into the window. Returns whether the window's rates
-    /// may have risen: a record that only replaces an outcome with the same
-    /// one (the steady success path), or takes a failure or slow mark out,
-    /// cannot open the breaker, and the caller skips reading the totals.
+    /// Puts one outcome into the window. Returns whether the breaker may
+    /// have to open: a success that only replaces a success (the steady
+    /// path), or takes a failure or slow mark out, cannot open it, and the
+    /// caller skips reading the totals. A failure or slow call always asks,
+    /// also when it replaces one (a window full of failures): the record
+    /// that filled the window may have read the totals while a racing
+    /// writer left them inconsistent, or before enough outcomes were in
+    /// (see [`Window::recorded_enough`]).
     pub(crate) fn record(&self, failed: bool, slow: bool, mut now: impl Now) -> bool {
         match &self.slots {
             Slots::Count {
@@ -527,6 +540,7 @@ impl Window {
                 cursors,
                 block,
                 modulo,
+                ..
             } => {
                 // `SHARDS` is a power of two: the mask is the remainder.
                 let cursor = &cursors[crate::sync::shard() & (SHARDS - 1)];
@@ -536,12 +550,15 @@ impl Window {
                 // A success replacing a success changes nothing: no write,
                 // so callers sharing the breaker do not bounce the slot's
                 // cache line between their cores.
+                // A failure or slow call asks in any case (`new` is a
+                // success's value, 1, for neither).
+                let bad = new != slot_value(false, false);
                 if slot.load(Ordering::Acquire) == new {
-                    return false;
+                    return bad;
                 }
                 let old = slot.swap(new, Ordering::AcqRel);
                 if old == new {
-                    return false;
+                    return bad;
                 }
                 let (nc, nf, ns) = slot_counts(new);
                 let (oc, of, os) = slot_counts(old);
@@ -550,7 +567,7 @@ impl Window {
                     nf.wrapping_sub(of),
                     ns.wrapping_sub(os),
                 );
-                nc > oc || nf > of || ns > os
+                bad || nc > oc
             }
             Slots::Time { buckets, present } => {
                 let second = now.ns() / NANOS_PER_SEC;
@@ -654,10 +671,73 @@ impl Window {
         }
     }
 
+    /// Whether at least `minimum` outcomes have been recorded since the
+    /// window was last emptied, when it holds only `calls`. A count window
+    /// can hold fewer outcomes than it was given: a shard of threads takes
+    /// positions a block at a time, and the positions of a block its
+    /// threads have not reached yet (a thread that stopped making calls)
+    /// stay empty until the window wraps onto them again. Outcomes
+    /// recorded since the window was emptied are the positions handed out
+    /// since, less those the shards hold unused; once they reach the
+    /// window's size, the window counts as full (until it is emptied), and
+    /// its rates are taken over the outcomes it holds.
+    pub(crate) fn recorded_enough(&self, calls: u64, minimum: u64) -> bool {
+        calls >= minimum || self.recorded_since_emptied(minimum)
+    }
+
+    /// [`recorded_enough`](Self::recorded_enough) of a window holding
+    /// fewer than `minimum` outcomes: out of line, off the path of a
+    /// window that is full.
+    #[inline(never)]
+    fn recorded_since_emptied(&self, minimum: u64) -> bool {
+        let Slots::Count {
+            slots,
+            next,
+            start,
+            filled,
+            cursors,
+            block,
+            ..
+        } = &self.slots
+        else {
+            return false;
+        };
+        if filled.load(Ordering::Acquire) {
+            return true;
+        }
+        let handed = next
+            .load(Ordering::Acquire)
+            .wrapping_sub(start.load(Ordering::Acquire));
+        // Read after `next`: a block taken meanwhile is counted unused but
+        // not handed out, which can only delay the answer. A shard taking
+        // a new block (its cursor claimed) may have taken it from `next`
+        // already: all of it but the position it records is unused.
+        let unused: u32 = cursors
+            .iter()
+            .map(|c| match (c.0.load(Ordering::Relaxed) >> 32) as u32 {
+                u32::MAX => block - 1,
+                left => left,
+            })
+            .fold(0, u32::saturating_add);
+        let recorded = handed.saturating_sub(unused);
+        if u64::from(recorded) >= slots.len() as u64 {
+            filled.store(true, Ordering::Release);
+        }
+        u64::from(recorded) >= minimum
+    }
+
     /// Empties every slot, taking each one's counts out of the totals.
     pub(crate) fn reset(&self) {
         match &self.slots {
-            Slots::Count { slots, .. } => {
+            Slots::Count {
+                slots,
+                next,
+                start,
+                filled,
+                ..
+            } => {
+                start.store(next.load(Ordering::Acquire), Ordering::Release);
+                filled.store(false, Ordering::Release);
                 for slot in slots.iter() {
                     let (c, f, s) = slot_counts(slot.swap(0, Ordering::AcqRel));
                     self.totals.sub(c, f, s);
@@ -960,7 +1040,11 @@ impl Core {
             return None;
         }
         let (calls, failures, slows) = self.window.totals()?;
-        if calls == 0 || calls < u64::from(self.settings.minimum_calls) {
+        if calls == 0
+            || !self
+                .window
+                .recorded_enough(calls, u64::from(self.settings.minimum_calls))
+        {
             return None;
         }
         let cause = self.tripping(failures, slows, calls)?;
@@ -1168,23 +1252,26 @@ impl Core {
 
     pub(crate) fn metrics(&self, now_ns: u64) -> Metrics {
         let w = Word(self.state.load(Ordering::Acquire));
-        let (calls, failed, slow, minimum) = if w.phase() == Phase::HalfOpen {
+        let (calls, failed, slow, rated) = if w.phase() == Phase::HalfOpen {
             let (failed, slow) = self.half_open_counts(w.generation());
-            (
-                w.recorded(),
-                failed,
-                slow,
-                self.settings.permitted_in_half_open,
-            )
+            let calls = w.recorded();
+            let minimum = self.settings.permitted_in_half_open;
+            (calls, failed, slow, calls >= u64::from(minimum))
         } else {
             self.window.advance_to(now_ns / NANOS_PER_SEC);
             let (calls, failed, slow) = self
                 .window
                 .totals()
                 .unwrap_or_else(|| self.window.slot_sum());
-            (calls, failed, slow, self.settings.minimum_calls)
+            let minimum = u64::from(self.settings.minimum_calls);
+            (
+                calls,
+                failed,
+                slow,
+                self.window.recorded_enough(calls, minimum),
+            )
         };
-        let rated = calls > 0 && calls >= u64::from(minimum);
+        let rated = calls > 0 && rated;
         Metrics {
             phase: w.phase(),
             calls,
