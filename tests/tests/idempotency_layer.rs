@@ -609,24 +609,6 @@ async fn charge_then_busy() -> (StatusCode, [(&'static str, &'static str); 1], &
     )
 }
 
-/// A caller that retries 503s and obeys `Retry-After`.
-#[resilient::resilient(retries = 3, base_ms = 1, cap_ms = 2, idempotent)]
-async fn pay_busy(
-    client: &reqwest::Client,
-    addr: SocketAddr,
-    key: &resilient::IdempotencyKey,
-) -> Result<String, resilient::http::Error> {
-    use resilient::reqwest::RequestBuilderExt;
-    Ok(client
-        .post(format!("http://{addr}/charges"))
-        .idempotency_key(key)
-        .body("1")
-        .send_checked()
-        .await?
-        .text()
-        .await?)
-}
-
 /// A "not processed" answer is kept when an annotated call inside the
 /// handler succeeded: the work is partly done, and a retry must not run
 /// it again. Kept, it no longer invites a retry: its `Retry-After` would
@@ -661,10 +643,10 @@ async fn a_not_processed_answer_is_kept_when_a_call_inside_did_its_work() {
     ));
     assert_eq!(ACTED_RUNS.load(Ordering::SeqCst), 2);
 
-    // A caller that obeys Retry-After asks once, and knows the charge may
-    // have been made.
+    // A caller that retries 503s and obeys Retry-After asks once, and
+    // knows the charge may have been made.
     let key = resilient::IdempotencyKey::random();
-    let (result, report) = resilient::observe(pay_busy(&client, addr, &key)).await;
+    let (result, report) = resilient::observe(pay(&client, addr, &key)).await;
     let error = result.unwrap_err();
     assert_eq!(error.status(), Some(StatusCode::SERVICE_UNAVAILABLE));
     assert!(error.may_have_taken_effect(), "{error:?}");
