@@ -488,7 +488,10 @@ async fn a_request_cut_at_its_deadline_still_runs_once_and_is_replayed() {
 
 /// With the layers the other way round (`ResilienceLayer` inside), the
 /// cut handler's 504 is kept: it may have done its work, so it is not
-/// mistaken for a refusal before the handler ran.
+/// mistaken for a refusal before the handler ran. Kept, it says
+/// `Do-Not-Retry` (a retry under the key only gets it again), which
+/// `ResilienceLayer`'s own 504 leaves out so that a hung instance can be
+/// retried.
 #[tokio::test]
 async fn a_handler_cut_inside_the_layer_is_not_run_again() {
     let provider = Arc::new(Provider {
@@ -507,11 +510,28 @@ async fn a_handler_cut_inside_the_layer_is_not_run_again() {
     };
     let cut = send("100").await.unwrap();
     assert_eq!(cut.status(), StatusCode::GATEWAY_TIMEOUT);
+    assert!(resilient::http::is_do_not_retry(cut.headers()));
     tokio::time::sleep(Duration::from_millis(400)).await;
     let retry = send("5000").await.unwrap();
     assert_eq!(retry.status(), StatusCode::GATEWAY_TIMEOUT);
     assert!(retry.headers().get("idempotent-replayed").is_some());
+    assert!(resilient::http::is_do_not_retry(retry.headers()));
     assert_eq!(provider.runs.load(Ordering::SeqCst), 1);
+
+    // A keyed caller that retries timeouts asks once: every retry could
+    // only get the stored 504 again (review 13 saw 4 attempts).
+    let key = resilient::IdempotencyKey::random();
+    let (result, report) = resilient::observe(pay(&client, addr, &key)).await;
+    let error = result.unwrap_err();
+    assert_eq!(
+        error.status(),
+        Some(StatusCode::GATEWAY_TIMEOUT),
+        "{error:?}"
+    );
+    // One attempt, or two when the caller's own 200 ms timer beat the
+    // server's 504 (sent 20 ms before it) and the retry got the replay.
+    assert!(report.attempts().len() <= 2, "{report:?}");
+    assert_eq!(provider.runs.load(Ordering::SeqCst), 2);
 }
 
 static PANIC_RUNS: AtomicU32 = AtomicU32::new(0);

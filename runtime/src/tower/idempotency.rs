@@ -52,10 +52,10 @@ const DEFAULT_MAX_RUN_WITHOUT_CLIENT: Duration = Duration::from_secs(60);
 ///   before doing anything). Such an answer is kept all the same when an
 ///   annotated call inside the handler succeeded or may have taken effect
 ///   (as [`observe`](crate::observe) reports it): part of the work is done.
-///   It then says so (`May-Have-Taken-Effect: ?1`) and no longer invites a
-///   retry: its `Retry-After` is removed and it is marked `Do-Not-Retry:
-///   ?1`, since a retry under the key would get the same answer until the
-///   key expires.
+///   It then says so (`May-Have-Taken-Effect: ?1`).
+/// * Every failure answer kept (4xx, 5xx) is marked `Do-Not-Retry: ?1` and
+///   loses its `Retry-After`, on the first answer and on replays: a retry
+///   under the key would get the same answer until the key expires.
 /// * A request with the same key that arrives while the first runs waits
 ///   for it and gets its answer (whatever it is); one that arrives later
 ///   gets the stored answer at once. Both carry `Idempotent-Replayed: true`.
@@ -542,12 +542,13 @@ where
     let (mut parts, body) = response?.into_parts();
     super::mark_answer(&mut parts.headers, parts.status, &report);
     // An answer that says "not processed" is not kept, unless an annotated
-    // call inside did something: then a retry could do it again. Kept, it
-    // no longer invites a retry: one under the key would get it again, for
-    // as long as the key is kept, not a new run.
+    // call inside did something: then a retry could do it again.
     let acted = super::acted(&report);
-    let kept_though_not_processed = acted && !is_final(&parts);
-    if kept_though_not_processed {
+    let keep = acted || is_final(&parts);
+    // A failure kept no longer invites a retry: one under the key would get
+    // it again, for as long as the key is kept, not a new run (a 504 of a
+    // handler `ResilienceLayer` cut, a 503 after a call acted).
+    if keep && super::is_failure(parts.status) {
         parts.headers.remove(::http::header::RETRY_AFTER);
         crate::http::set_do_not_retry(&mut parts.headers);
     }
@@ -556,10 +557,13 @@ where
         // The handler ran, and its answer is more than the store keeps:
         // keep that it ran, so that a repeat does not run it a second time.
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            let ran = Arc::new(problem_stored(
+            let mut ran = problem_stored(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "the request was carried out, but its answer is larger than the idempotency layer keeps",
-            ));
+            );
+            crate::http::set_may_have_taken_effect(&mut ran.headers);
+            crate::http::set_do_not_retry(&mut ran.headers);
+            let ran = Arc::new(ran);
             guard.complete(Some(ran.clone()), true);
             return Ok(answer(&ran));
         }
@@ -581,10 +585,7 @@ where
         headers: parts.headers.clone(),
         body: collected.to_bytes(),
     });
-    guard.complete(
-        Some(stored.clone()),
-        kept_though_not_processed || is_final(&parts),
-    );
+    guard.complete(Some(stored.clone()), keep);
     let mut response = Response::from_parts(parts, Either::Right(Full::new(stored.body.clone())));
     response.headers_mut().remove(IDEMPOTENT_REPLAYED);
     Ok(response)
