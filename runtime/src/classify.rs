@@ -209,11 +209,11 @@ impl Classify for io::Error {
     /// unreachable network cannot have.
     fn may_have_taken_effect(&self) -> bool {
         use io::ErrorKind::*;
-        if self
+        if let Some(refusal) = self
             .get_ref()
-            .is_some_and(|inner| inner.downcast_ref::<crate::Error>().is_some())
+            .and_then(|inner| inner.downcast_ref::<crate::Error>())
         {
-            return false;
+            return refusal.may_have_taken_effect();
         }
         matches!(
             self.kind(),
@@ -230,6 +230,12 @@ impl Classify for io::Error {
 impl Classify for crate::Error {
     fn classify(&self) -> Classification {
         Classification::Permanent
+    }
+
+    /// A deadline or timeout that cut a running attempt (see
+    /// [`Error::may_have_taken_effect`](crate::Error::may_have_taken_effect)).
+    fn may_have_taken_effect(&self) -> bool {
+        crate::Error::may_have_taken_effect(self)
     }
 
     fn is_refusal(&self) -> Option<bool> {

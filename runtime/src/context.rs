@@ -103,20 +103,26 @@ async fn with_deadline_at_opt<F: Future>(
     fut: F,
 ) -> Result<F::Output, Error> {
     let inherited = current_deadline();
-    let passed = |d: Instant| {
+    // `cut`: the work was running (it may have taken effect), not refused
+    // before it began.
+    let passed = |d: Instant, cut: bool| {
         // An inherited deadline is the enclosing attempt's timer.
         if Some(d) == inherited {
             crate::frame::report_deadline(inherited);
         }
-        Error::deadline_exceeded()
+        if cut {
+            Error::deadline_cut()
+        } else {
+            Error::deadline_exceeded()
+        }
     };
     match earliest(inherited, deadline) {
         None => Ok(fut.await),
-        Some(d) if Instant::now() >= d => Err(passed(d)),
+        Some(d) if Instant::now() >= d => Err(passed(d, false)),
         // Not sooner than the inherited one: nothing changes inside.
         Some(d) if Some(d) == inherited => tokio::time::timeout_at(timer_at(d), fut)
             .await
-            .map_err(|_| passed(d)),
+            .map_err(|_| passed(d, true)),
         Some(d) => {
             let frame = InFrame::new(Frame::transparent(Some(d), false), fut);
             match tokio::time::timeout_at(timer_at(d), frame).await {
@@ -124,7 +130,7 @@ async fn with_deadline_at_opt<F: Future>(
                     forward(&end);
                     Ok(output)
                 }
-                Err(_) => Err(passed(d)),
+                Err(_) => Err(passed(d, true)),
             }
         }
     }

@@ -643,7 +643,7 @@ impl<C> Call<C> {
                 Classification::Transient,
             ),
             Failure::Deadline => {
-                let error = refuse(Error::deadline_exceeded());
+                let error = refuse(Error::deadline_cut());
                 Settled::Final(if self.own_deadline {
                     self.give_up(error)
                 } else {

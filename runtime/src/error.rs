@@ -68,6 +68,9 @@ pub struct Error {
     kind: ErrorKind,
     name: Option<Arc<str>>,
     duration: Option<Duration>,
+    /// The time ran out while an attempt (or the work `with_deadline`
+    /// bounds) was running, not before it began.
+    cut: bool,
 }
 
 impl Error {
@@ -76,15 +79,29 @@ impl Error {
             kind,
             name,
             duration,
+            cut: false,
         }
     }
 
+    /// A deadline that had passed before the work began: nothing ran.
     pub(crate) fn deadline_exceeded() -> Self {
         Self::new(ErrorKind::DeadlineExceeded, None, None)
     }
 
+    /// A deadline that passed while the work ran, which was cut.
+    pub(crate) fn deadline_cut() -> Self {
+        Self {
+            cut: true,
+            ..Self::deadline_exceeded()
+        }
+    }
+
+    /// An attempt cut by its own timeout, while it ran.
     pub(crate) fn attempt_timed_out(after: Duration) -> Self {
-        Self::new(ErrorKind::AttemptTimedOut, None, Some(after))
+        Self {
+            cut: true,
+            ..Self::new(ErrorKind::AttemptTimedOut, None, Some(after))
+        }
     }
 
     pub(crate) fn breaker_open(name: Arc<str>, retry_in: Option<Duration>) -> Self {
@@ -139,6 +156,17 @@ impl Error {
         self.kind == ErrorKind::DeadlineExceeded
     }
 
+    /// Whether the work may have taken effect although it failed: `true`
+    /// when a deadline or an attempt's timeout cut an attempt that was
+    /// running (the request may have reached the dependency, which may
+    /// have acted on it and lost only its answer); `false` for every
+    /// refusal before an attempt began (an open breaker, a full bulkhead,
+    /// a deadline already passed). Reconcile such failures by looking the
+    /// operation up by its [`IdempotencyKey`](crate::IdempotencyKey).
+    pub fn may_have_taken_effect(&self) -> bool {
+        self.cut
+    }
+
     /// Whether this service's caller may retry this refusal when it is
     /// answered over the wire (HTTP: no `Do-Not-Retry`; gRPC: no pushback
     /// -1). Every refusal is this service's decision, which a retry would
@@ -165,6 +193,9 @@ impl fmt::Debug for Error {
         }
         if let Some(duration) = &self.duration {
             d.field("duration", duration);
+        }
+        if self.cut {
+            d.field("may_have_taken_effect", &true);
         }
         d.finish()
     }

@@ -62,17 +62,21 @@ impl Classify for Status {
         classify_code(self.code() as i32, pushback).unwrap_or(Classification::Permanent)
     }
 
-    /// By the code, or by `may-have-taken-effect: ?1` in the metadata:
-    /// `ResilienceLayer` marks so a failure whose handler had an annotated
-    /// call act first, which an `UNAVAILABLE` alone would deny.
+    /// A refusal made in this process: when it cut a running attempt (a
+    /// timeout, a deadline). Off the wire: by the code, or by
+    /// `may-have-taken-effect: ?1` in the metadata: `ResilienceLayer` marks
+    /// so a failure whose handler had an annotated call act first, which
+    /// an `UNAVAILABLE` alone would deny.
     fn may_have_taken_effect(&self) -> bool {
-        refusal(self).is_none()
-            && (status_may_have_taken_effect(self)
-                || self
-                    .metadata()
-                    .get_all(MAY_HAVE_TAKEN_EFFECT)
-                    .iter()
-                    .any(|v| says_true(v.as_bytes())))
+        if let Some(refusal) = refusal(self) {
+            return refusal.may_have_taken_effect();
+        }
+        status_may_have_taken_effect(self)
+            || self
+                .metadata()
+                .get_all(MAY_HAVE_TAKEN_EFFECT)
+                .iter()
+                .any(|v| says_true(v.as_bytes()))
     }
 
     fn is_refusal(&self) -> Option<bool> {

@@ -364,3 +364,41 @@ async fn a_grpc_failure_after_a_write_says_it_may_have_taken_effect() {
     // The mark alone: an UNAVAILABLE without it did nothing.
     assert!(!Status::unavailable("down").may_have_taken_effect());
 }
+
+#[resilient(timeout_ms = 100)]
+async fn check_within_100ms(mut client: HealthClient<Channel>) -> Result<i32, Status> {
+    let request = tonic::Request::new(HealthCheckRequest {
+        service: "payments".to_owned(),
+    });
+    Ok(client.check(request).await?.into_inner().status)
+}
+
+/// A gRPC call cut by the library's attempt timeout after it was sent: the
+/// status made from that refusal says it may have taken effect, as the
+/// report does (review 13: it said "certainly not done").
+#[tokio::test]
+async fn a_grpc_call_cut_by_its_timeout_may_have_taken_effect() {
+    let hangs = tower::layer::layer_fn(|_inner: tonic::service::Routes| {
+        tower::service_fn(|_: http::Request<tonic::body::Body>| async {
+            std::future::pending::<()>().await;
+            Ok::<_, std::convert::Infallible>(http::Response::new(tonic::body::Body::empty()))
+        })
+    });
+    let (_reporter, health) = tonic_health::server::health_reporter();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        Server::builder()
+            .layer(hangs)
+            .add_service(health)
+            .serve_with_incoming(TcpIncoming::from(listener))
+            .await
+            .unwrap()
+    });
+    let (result, report) = resilient::observe(check_within_100ms(client(addr))).await;
+    server.abort();
+    let status = result.unwrap_err();
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+    assert!(status.may_have_taken_effect(), "{status:?}");
+    assert!(report.may_have_taken_effect(), "{report:?}");
+}

@@ -220,6 +220,62 @@ async fn client_timeout_after_sending_may_have_taken_effect() {
     assert!(err.may_have_taken_effect());
 }
 
+#[resilient(timeout_ms = 100)]
+async fn post_within_100ms(client: &reqwest::Client, addr: SocketAddr) -> Result<String, Error> {
+    Ok(client
+        .post(format!("http://{addr}/charges"))
+        .send_checked()
+        .await?
+        .text()
+        .await?)
+}
+
+#[resilient(deadline_ms = 100)]
+async fn post_by_deadline(client: &reqwest::Client, addr: SocketAddr) -> Result<String, Error> {
+    Ok(client
+        .post(format!("http://{addr}/charges"))
+        .send_checked()
+        .await?
+        .text()
+        .await?)
+}
+
+/// The library's own timer cuts a request already sent (its attempt
+/// timeout, its deadline): the error says it may have taken effect, as the
+/// report does. Before, every refusal said "certainly not done", also a
+/// cut of a running attempt (review 13). A deadline already passed when
+/// the call begins still says nothing ran.
+#[tokio::test]
+async fn a_library_timeout_after_sending_may_have_taken_effect() {
+    let addr = raw_server(true).await;
+    let client = reqwest::Client::new();
+    let (result, report) = resilient::observe(post_within_100ms(&client, addr)).await;
+    let err = result.unwrap_err();
+    assert!(err.is_timeout(), "{err:?}");
+    assert!(err.may_have_taken_effect(), "{err:?}");
+    assert!(report.may_have_taken_effect(), "{report:?}");
+    let err = post_by_deadline(&client, addr).await.unwrap_err();
+    assert!(err.is_timeout(), "{err:?}");
+    assert!(err.may_have_taken_effect(), "{err:?}");
+
+    let refused = resilient::with_deadline(Duration::from_millis(20), async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    })
+    .await
+    .unwrap_err();
+    assert!(refused.may_have_taken_effect(), "the sleep was cut");
+    let refused = resilient::with_deadline(Duration::from_millis(20), async {
+        std::thread::sleep(Duration::from_millis(30));
+        post_within_100ms(&client, addr).await
+    })
+    .await
+    .unwrap()
+    .unwrap_err();
+    // The deadline had passed when the call began: refused, nothing sent.
+    assert!(refused.refusal().is_some(), "{refused:?}");
+    assert!(!refused.may_have_taken_effect(), "{refused:?}");
+}
+
 #[tokio::test]
 async fn an_undecodable_success_is_permanent_and_took_effect() {
     let router = Router::new().route("/n", get(|| async { "not a number" }));

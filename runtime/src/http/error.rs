@@ -219,7 +219,7 @@ impl Error {
             Repr::Transport { stage, .. } => {
                 matches!(stage, Stage::AfterSend | Stage::InvalidResponse)
             }
-            Repr::Refused(_) => false,
+            Repr::Refused(e) => e.may_have_taken_effect(),
         }
     }
 
