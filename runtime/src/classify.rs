@@ -24,14 +24,17 @@ pub enum Classification {
     /// found, a business rule, or a refusal by `resilient` itself. Returned
     /// at once; a circuit breaker counts it as neither failure nor success.
     Permanent,
-    /// The dependency failed and said not to try again: a 5xx (or a 429)
-    /// with `Do-Not-Retry: ?1`, a retryable gRPC code with
-    /// `grpc-retry-pushback-ms: -1`. Such a dependency has already retried
-    /// on the caller's behalf, or cannot serve anyone now (its own
-    /// dependency is down, its breaker open). Returned at once, as a
+    /// The dependency failed, and another attempt is not to be made: it
+    /// said so (a 5xx or a 429 with `Do-Not-Retry: ?1`, a retryable gRPC
+    /// code with `grpc-retry-pushback-ms: -1`: it has already retried on
+    /// the caller's behalf, or cannot serve anyone now, its own dependency
+    /// down or its breaker open), or it failed while processing (HTTP 500,
+    /// gRPC `INTERNAL`, `UNKNOWN`, `DATA_LOSS`: often a bug that fails
+    /// again, after work that may be half done). Returned at once, as a
     /// permanent failure is, but counted as a failure by a circuit breaker
     /// and an adaptive throttle, as a transient one is: a service that
-    /// fronts a dead dependency is down for its callers too.
+    /// fails every request, or fronts a dead dependency, is down for its
+    /// callers.
     /// `retry_after` is the server's `Retry-After`, which a breaker that
     /// opens on it honours as it does a throttled failure's.
     DoNotRetry {

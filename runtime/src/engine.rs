@@ -629,7 +629,8 @@ impl<C> Call<C> {
                 Settled::Retryable(error, verdict.class)
             }
             // The dependency said not to retry (it already did, or cannot
-            // serve now): final for every enclosing layer too, as a nested
+            // serve now), or failed while processing (a 500): final for
+            // every enclosing layer too, as a nested
             // give-up is, also one that classifies its own error transient,
             // and for the caller of this service (`ResilienceLayer`).
             Failure::Failed(error, verdict)
@@ -791,7 +792,7 @@ impl<C> Call<C> {
                 cause,
                 error,
                 describe,
-                "the dependency said not to retry",
+                "the dependency failed and is not to be retried",
             ),
             _ => telemetry::failed(
                 self.policy,

@@ -29,12 +29,19 @@ pub const MAY_HAVE_TAKEN_EFFECT: &str = "may-have-taken-effect";
 pub mod code {
     /// `OK`: not an error.
     pub const OK: i32 = 0;
+    /// `UNKNOWN`: an error the server did not map to a code (in most
+    /// servers, an uncaught exception or a panic).
+    pub const UNKNOWN: i32 = 2;
     /// `DEADLINE_EXCEEDED`.
     pub const DEADLINE_EXCEEDED: i32 = 4;
     /// `RESOURCE_EXHAUSTED`: a quota or the server's capacity ran out.
     pub const RESOURCE_EXHAUSTED: i32 = 8;
+    /// `INTERNAL`: an invariant of the server broke.
+    pub const INTERNAL: i32 = 13;
     /// `UNAVAILABLE`: the service is unavailable for now.
     pub const UNAVAILABLE: i32 = 14;
+    /// `DATA_LOSS`: unrecoverable data loss or corruption.
+    pub const DATA_LOSS: i32 = 15;
 }
 
 /// What a server's `grpc-retry-pushback-ms` says.
@@ -79,6 +86,7 @@ pub fn parse_pushback(value: &str) -> Pushback {
 /// | `UNAVAILABLE` (14) | transient | A6's example retry policy and `statuscodes.md`: "most likely a transient condition, which can be corrected by retrying with a backoff" |
 /// | `RESOURCE_EXHAUSTED` (8) | throttled, after the pushback if given | the server or a quota ran out of capacity: retrying sooner adds load |
 /// | `DEADLINE_EXCEEDED` (4) | transient | the `grpc-timeout` the request carried passed at the server; this library sends an attempt's time (`timeout_ms` under the call's deadline), so, as HTTP's 504, it is the attempt's timeout: the call's own deadline decides whether another attempt fits |
+/// | `INTERNAL` (13), `UNKNOWN` (2), `DATA_LOSS` (15) | do-not-retry: a failure for a breaker, not retried | `statuscodes.md`: "some invariants expected by the underlying system have been broken", an error the server did not map (an uncaught exception), unrecoverable data loss: the server failing, as HTTP's 500; not in A6's example retry policy |
 /// | every other code | permanent | A6 retries only the codes a service lists; `statuscodes.md` says `ABORTED` is retried "at a higher level" |
 /// | a retryable code above, with a negative or malformed pushback | do-not-retry (a failure for a breaker, not retried) | A6: the server asks the client not to retry |
 /// | any other, with such a pushback | permanent | the request is at fault either way |
@@ -99,6 +107,11 @@ pub fn parse_pushback(value: &str) -> Pushback {
 /// );
 /// assert_eq!(
 ///     classify_code(code::UNAVAILABLE, Some(Pushback::DoNotRetry)),
+///     Some(Classification::DoNotRetry { retry_after: None }),
+/// );
+/// // The server failed while processing: not retried, but counted.
+/// assert_eq!(
+///     classify_code(code::INTERNAL, None),
 ///     Some(Classification::DoNotRetry { retry_after: None }),
 /// );
 /// // 3 is `INVALID_ARGUMENT`: the request is at fault either way.
@@ -126,6 +139,10 @@ pub fn classify_code(code: i32, pushback: Option<Pushback>) -> Option<Classifica
             }
         }
         (code::RESOURCE_EXHAUSTED, None) => Classification::Throttled { retry_after: None },
+        // The server failed (as HTTP's 500): not retried, but counted.
+        (code::INTERNAL | code::UNKNOWN | code::DATA_LOSS, _) => {
+            Classification::DoNotRetry { retry_after: None }
+        }
         _ => Classification::Permanent,
     })
 }

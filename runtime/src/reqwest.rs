@@ -188,12 +188,13 @@ impl RequestBuilderExt for RequestBuilder {
 pub trait ResponseExt: sealed::Sealed + Sized {
     /// `Ok(self)` for 1xx/2xx/3xx; otherwise an [`Error`] holding the status
     /// and headers (so `Retry-After` and `Do-Not-Retry` count). The body is
-    /// read (its first 4 KiB) only when the failure is permanent, where it
-    /// usually says why and the caller will see it, and for at most a
+    /// read (its first 4 KiB) only when the failure is not retried
+    /// (permanent, or do-not-retry as a 500 is), where it usually says why
+    /// and the caller will see it, and for at most a
     /// second and half the time left before the deadline (a slow body is
     /// cut, the failure kept); a retryable failure's body is not read, so a
-    /// retry is not delayed by it. Permanent and retryable here are the
-    /// status's default classification ([`Error::from_status`]), not a
+    /// retry is not delayed by it. Retried or not here is the status's
+    /// default classification ([`Error::from_status`]), not a
     /// `classify = path` of the annotated function.
     fn check_status(self) -> impl Future<Output = Result<Self, Error>> + Send;
 }

@@ -238,21 +238,39 @@ async fn a_grpc_handler_that_gave_up_answers_pushback_minus_one() {
 /// breaker ignores, so callers kept sending every call into it.
 #[tokio::test]
 async fn a_breaker_opens_on_a_service_answering_unavailable_with_pushback_minus_one() {
+    breaker_opens_on_a_service_answering("14", Some("-1")).await;
+}
+
+/// A gRPC service that fails every call with `INTERNAL` (as an HTTP
+/// service answering 500) is not retried, and its callers' breaker opens
+/// on it (before, `INTERNAL` was permanent: never counted; review 13
+/// found the same for HTTP 500).
+#[tokio::test]
+async fn a_breaker_opens_on_a_service_answering_internal() {
+    breaker_opens_on_a_service_answering("13", None).await;
+}
+
+/// A server answering every call with `grpc-status: code` (and the
+/// pushback, if given): six calls through a breaker of 4 make four
+/// requests, none retried, and the breaker opens.
+async fn breaker_opens_on_a_service_answering(code: &'static str, pushback: Option<&'static str>) {
     use std::sync::atomic::{AtomicU32, Ordering};
 
-    static CALLS: AtomicU32 = AtomicU32::new(0);
-    let down = tower::layer::layer_fn(|_inner: tonic::service::Routes| {
-        tower::service_fn(|_: http::Request<tonic::body::Body>| async {
-            CALLS.fetch_add(1, Ordering::SeqCst);
-            Ok::<_, std::convert::Infallible>(
-                http::Response::builder()
-                    .header("content-type", "application/grpc")
-                    .header("grpc-status", "14")
-                    .header("grpc-message", "dependency%20down")
-                    .header("grpc-retry-pushback-ms", "-1")
-                    .body(tonic::body::Body::empty())
-                    .unwrap(),
-            )
+    let calls = Arc::new(AtomicU32::new(0));
+    let seen_calls = calls.clone();
+    let down = tower::layer::layer_fn(move |_inner: tonic::service::Routes| {
+        let calls = calls.clone();
+        tower::service_fn(move |_: http::Request<tonic::body::Body>| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            let mut answer = http::Response::builder()
+                .header("content-type", "application/grpc")
+                .header("grpc-status", code)
+                .header("grpc-message", "dependency%20down");
+            if let Some(pushback) = pushback {
+                answer = answer.header("grpc-retry-pushback-ms", pushback);
+            }
+            let answer = answer.body(tonic::body::Body::empty()).unwrap();
+            async move { Ok::<_, std::convert::Infallible>(answer) }
         })
     });
     let (_reporter, health) = tonic_health::server::health_reporter();
@@ -291,9 +309,9 @@ async fn a_breaker_opens_on_a_service_answering_unavailable_with_pushback_minus_
         "{seen:?}"
     );
     // Four calls, none retried; then refused without a call.
-    assert_eq!(CALLS.load(Ordering::SeqCst), 4, "{seen:?}");
+    assert_eq!(seen_calls.load(Ordering::SeqCst), 4, "{seen:?}");
     for status in &seen[..4] {
-        assert_eq!(status.code(), Code::Unavailable);
+        assert_eq!(status.code() as i32, code.parse::<i32>().unwrap());
         assert_eq!(
             status.classify(),
             Classification::DoNotRetry { retry_after: None }

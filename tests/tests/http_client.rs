@@ -134,7 +134,10 @@ async fn responses_classify_by_status_and_read_the_body_only_when_permanent() {
     }
 
     let e = get(500, None).await.unwrap_err();
-    assert_eq!(e.classify(), Classification::Permanent);
+    assert_eq!(
+        e.classify(),
+        Classification::DoNotRetry { retry_after: None }
+    );
     assert_eq!(
         resilient::http::classify_retrying_500(&e),
         Classification::Transient
@@ -274,6 +277,70 @@ async fn a_library_timeout_after_sending_may_have_taken_effect() {
     // The deadline had passed when the call began: refused, nothing sent.
     assert!(refused.refusal().is_some(), "{refused:?}");
     assert!(!refused.may_have_taken_effect(), "{refused:?}");
+}
+
+#[resilient(breaker = "crashing", retries = 3, idempotent, base_ms = 1)]
+async fn call_crashing(client: &reqwest::Client, addr: SocketAddr) -> Result<String, Error> {
+    Ok(client
+        .get(format!("http://{addr}/x"))
+        .send_checked()
+        .await?
+        .text()
+        .await?)
+}
+
+/// A dependency that answers 500 to every request is failing: each 500 is
+/// not retried (it may be a bug that fails again, after half-done work),
+/// but the caller's breaker counts it and opens. Before, a 500 was
+/// permanent, which a breaker ignores: every call kept reaching the
+/// crashing service (review 13).
+#[tokio::test]
+async fn a_breaker_opens_on_a_dependency_that_answers_500_to_everything() {
+    let hits = Arc::new(AtomicU32::new(0));
+    let router = Router::new()
+        .route(
+            "/x",
+            get(|State(hits): State<Arc<AtomicU32>>| async move {
+                hits.fetch_add(1, Ordering::SeqCst);
+                StatusCode::INTERNAL_SERVER_ERROR
+            }),
+        )
+        .with_state(hits.clone());
+    let addr = serve(router).await;
+    let registry = resilient::Registry::builder()
+        .breaker(
+            "crashing",
+            resilient::BreakerConfig::default()
+                .sliding_window(resilient::SlidingWindow::CountBased { size: 4 })
+                .minimum_number_of_calls(4),
+        )
+        .build()
+        .unwrap();
+    let client = reqwest::Client::new();
+    let mut errors = Vec::new();
+    registry
+        .scope(async {
+            for _ in 0..10 {
+                errors.push(call_crashing(&client, addr).await.unwrap_err());
+            }
+        })
+        .await;
+    assert_eq!(
+        registry.breaker("crashing").unwrap().state(),
+        resilient::State::Open
+    );
+    // Four calls of one attempt each, then refused without a request.
+    assert_eq!(hits.load(Ordering::SeqCst), 4);
+    for e in &errors[..4] {
+        assert_eq!(e.status(), Some(StatusCode::INTERNAL_SERVER_ERROR));
+        assert_eq!(
+            e.classify(),
+            Classification::DoNotRetry { retry_after: None }
+        );
+    }
+    for e in &errors[4..] {
+        assert!(e.refusal().is_some(), "{e:?}");
+    }
 }
 
 #[tokio::test]

@@ -190,6 +190,11 @@ fn every_status_code_classifies_by_its_class() {
                     "{code}"
                 );
             }
+            // The server failed while processing: not retried, counted.
+            500 => {
+                let failed = Some(Classification::DoNotRetry { retry_after: None });
+                assert_eq!((plain, told), (failed, failed), "{code}");
+            }
             _ => {
                 assert_eq!(plain, Some(Classification::Permanent), "{code}");
                 assert_eq!(told, Some(Classification::Permanent), "{code}");

@@ -367,7 +367,10 @@ async fn a_do_not_retry_answer_is_a_give_up_warning() {
         (ours[0].level, ours[0].message()),
         (Level::WARN, "call failed; giving up")
     );
-    assert_eq!(ours[0].field("why"), "the dependency said not to retry");
+    assert_eq!(
+        ours[0].field("why"),
+        "the dependency failed and is not to be retried"
+    );
     assert_eq!(ours[0].field("class"), "do_not_retry");
 }
 

@@ -257,8 +257,10 @@ impl Error {
 }
 
 /// Transient: connection failures, timeouts, 408/502/504, and 429/503
-/// (throttled, with their `Retry-After`); permanent: other statuses, an
-/// undecodable response, a `Do-Not-Retry` answer, the library's refusals.
+/// (throttled, with their `Retry-After`); do-not-retry (not retried, a
+/// failure for a breaker): a 500, and a 5xx marked `Do-Not-Retry`;
+/// permanent: other statuses, an undecodable response, the library's
+/// refusals.
 impl Classify for Error {
     fn classify(&self) -> Classification {
         self.classify_with(StatusPolicy::DEFAULT)
@@ -392,7 +394,10 @@ mod tests {
     #[test]
     fn opt_in_500() {
         let e = Error::from_status(StatusCode::INTERNAL_SERVER_ERROR, HeaderMap::new());
-        assert_eq!(e.classify(), Classification::Permanent);
+        assert_eq!(
+            e.classify(),
+            Classification::DoNotRetry { retry_after: None }
+        );
         assert_eq!(classify_retrying_500(&e), Classification::Transient);
         assert!(e.may_have_taken_effect());
     }

@@ -15,7 +15,10 @@ use crate::Classification;
 ///
 /// let none = HeaderMap::new();
 /// let ise = StatusCode::INTERNAL_SERVER_ERROR;
-/// assert_eq!(StatusPolicy::DEFAULT.classify(ise, &none), Some(Classification::Permanent));
+/// assert_eq!(
+///     StatusPolicy::DEFAULT.classify(ise, &none),
+///     Some(Classification::DoNotRetry { retry_after: None }),
+/// );
 /// assert_eq!(
 ///     StatusPolicy::DEFAULT.retry_500(true).classify(ise, &none),
 ///     Some(Classification::Transient),
@@ -27,14 +30,17 @@ pub struct StatusPolicy {
 }
 
 impl StatusPolicy {
-    /// RFC 9110 semantics, 500 not retried (see [`classify_status`]).
+    /// RFC 9110 semantics, 500 not retried but counted as the
+    /// dependency's failure (see [`classify_status`]).
     pub const DEFAULT: StatusPolicy = StatusPolicy { retry_500: false };
 
     /// Whether `500 Internal Server Error` is transient. Off by default:
     /// RFC 9110 §15.6.1 says only that the server "encountered an unexpected
     /// condition", which is as often a bug that fails every time (and, for
     /// a non-idempotent request, may have half-done the work) as a passing
-    /// fault. Turn it on for a dependency known to fail that way briefly.
+    /// fault, so it is not retried; but it is the server failing, not the
+    /// request, so a breaker counts it ([`Classification::DoNotRetry`]).
+    /// Turn it on for a dependency known to fail that way briefly.
     pub const fn retry_500(self, yes: bool) -> Self {
         StatusPolicy { retry_500: yes }
     }
@@ -76,6 +82,12 @@ impl StatusPolicy {
             // back from, the server behind it in time.
             StatusCode::BAD_GATEWAY | StatusCode::GATEWAY_TIMEOUT => Classification::Transient,
             StatusCode::INTERNAL_SERVER_ERROR if self.retry_500 => Classification::Transient,
+            // §15.6.1: the server failed while processing. Not retried (see
+            // `retry_500`), but the dependency's failure, not the
+            // request's: a service that fails every request is cut off by
+            // its callers' breakers, as Resilience4j counts every
+            // exception by default.
+            StatusCode::INTERNAL_SERVER_ERROR => Classification::DoNotRetry { retry_after: None },
             // Every other 4xx is the request's fault and will fail again;
             // other 5xx (501 Not Implemented, 505, 507, 511) do not pass
             // either.
@@ -93,7 +105,7 @@ impl StatusPolicy {
 /// | 429, 503 with a valid `Retry-After` | throttled, for that long | RFC 6585 §4, RFC 9110 §15.6.4, §10.2.3 |
 /// | 429, 503 without | transient | the server is overloaded for now |
 /// | 502, 504 | transient | §15.6.3, §15.6.5: a gateway's upstream failed or was slow |
-/// | 500 | permanent ([`StatusPolicy::retry_500`] opts in) | §15.6.1: an unexpected condition, often a bug |
+/// | 500 | do-not-retry: a failure for a breaker, not retried ([`StatusPolicy::retry_500`] makes it transient) | §15.6.1: the server met "an unexpected condition", often a bug that fails again, which may have half-done the request; the server's failure, not the request's |
 /// | other 4xx and 5xx | permanent | the request, not the moment, is at fault |
 /// | any of the retryable above, with `Do-Not-Retry: ?1` | do-not-retry (a failure for a breaker, not retried) | the server already retried, or cannot serve now (see the [module docs](crate::http)) |
 /// | a permanent one, with `Do-Not-Retry: ?1` | permanent | the request is at fault either way |
