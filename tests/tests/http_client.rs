@@ -223,24 +223,28 @@ async fn client_timeout_after_sending_may_have_taken_effect() {
     assert!(err.may_have_taken_effect());
 }
 
-#[resilient(timeout_ms = 100)]
-async fn post_within_100ms(client: &reqwest::Client, addr: SocketAddr) -> Result<String, Error> {
+/// A POST to `path` on `addr`, its body as text.
+async fn post_text(
+    client: &reqwest::Client,
+    addr: SocketAddr,
+    path: &str,
+) -> Result<String, Error> {
     Ok(client
-        .post(format!("http://{addr}/charges"))
+        .post(format!("http://{addr}{path}"))
         .send_checked()
         .await?
         .text()
         .await?)
 }
 
+#[resilient(timeout_ms = 100)]
+async fn post_within_100ms(client: &reqwest::Client, addr: SocketAddr) -> Result<String, Error> {
+    post_text(client, addr, "/charges").await
+}
+
 #[resilient(deadline_ms = 100)]
 async fn post_by_deadline(client: &reqwest::Client, addr: SocketAddr) -> Result<String, Error> {
-    Ok(client
-        .post(format!("http://{addr}/charges"))
-        .send_checked()
-        .await?
-        .text()
-        .await?)
+    post_text(client, addr, "/charges").await
 }
 
 /// The library's own timer cuts a request already sent (its attempt
@@ -281,12 +285,7 @@ async fn a_library_timeout_after_sending_may_have_taken_effect() {
 
 #[resilient(breaker = "crashing", retries = 3, idempotent, base_ms = 1)]
 async fn call_crashing(client: &reqwest::Client, addr: SocketAddr) -> Result<String, Error> {
-    Ok(client
-        .get(format!("http://{addr}/x"))
-        .send_checked()
-        .await?
-        .text()
-        .await?)
+    post_text(client, addr, "/x").await
 }
 
 /// A dependency that answers 500 to every request is failing: each 500 is
@@ -300,7 +299,7 @@ async fn a_breaker_opens_on_a_dependency_that_answers_500_to_everything() {
     let router = Router::new()
         .route(
             "/x",
-            get(|State(hits): State<Arc<AtomicU32>>| async move {
+            post(|State(hits): State<Arc<AtomicU32>>| async move {
                 hits.fetch_add(1, Ordering::SeqCst);
                 StatusCode::INTERNAL_SERVER_ERROR
             }),
