@@ -282,8 +282,25 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
             let failure = format_ident!("__resilient_failure", span = last);
             let check = opened_at(&quote!(#krate::__private::classification), first, last);
             let call = quote_spanned!(last=> #path(#failure));
-            let classifier = quote_spanned!(first=> |#failure| #check(#call));
-            (classifier, TokenStream::new())
+            // What the error's own `Classify` impl, if it has one, says
+            // besides: whether the failure may have taken effect, and
+            // whether it is a refusal (found as for `None` below).
+            let effect = format_ident!("__resilient_effect", span = Span::mixed_site());
+            let new_classify_probe = over_ret(
+                quote!(#krate::__private::ClassifyProbe::<<),
+                quote!(as #krate::__private::ReturnsResult>::Error>::new),
+            );
+            let define = quote_spanned! {ret_span=>
+                let #effect = {
+                    #[allow(unused_imports)]
+                    use #krate_at_ret::__private::{ViaClassify as _, ViaUnclassified as _};
+                    #[allow(clippy::needless_borrow)]
+                    let #effect = (&#new_classify_probe()).__resilient_effect();
+                    #effect
+                };
+            };
+            let classifier = quote_spanned!(first=> move |#failure| #krate::__private::with_effect(#check(#call), #effect(#failure)));
+            (classifier, define)
         }
         // A closure, not the function itself: the engine's future names the
         // classifier's type, and a function's type carries its bound

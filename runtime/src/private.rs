@@ -206,12 +206,20 @@ pub trait ViaClassify {
     type Error;
     /// Classifies by the error's `Classify` impl.
     fn __resilient_classifier(&self) -> fn(&Self::Error) -> crate::classify::Verdict;
+    /// What the error's `Classify` impl says beyond its classification.
+    fn __resilient_effect(&self) -> fn(&Self::Error) -> Effect;
 }
 
 impl<E: Classify> ViaClassify for ClassifyProbe<E> {
     type Error = E;
     fn __resilient_classifier(&self) -> fn(&E) -> crate::classify::Verdict {
         classify_by_trait::<E>
+    }
+    fn __resilient_effect(&self) -> fn(&E) -> Effect {
+        |error| Effect {
+            may_have_taken_effect: error.may_have_taken_effect(),
+            is_refusal: error.is_refusal(),
+        }
     }
 }
 
@@ -221,12 +229,43 @@ pub trait ViaUnclassified {
     type Error;
     /// Classifies nothing: [`unclassified`].
     fn __resilient_classifier(&self) -> fn(&Self::Error) -> crate::classify::Verdict;
+    /// Nothing is known beyond the classification.
+    fn __resilient_effect(&self) -> fn(&Self::Error) -> Effect;
 }
 
 impl<E> ViaUnclassified for &ClassifyProbe<E> {
     type Error = E;
     fn __resilient_classifier(&self) -> fn(&E) -> crate::classify::Verdict {
         unclassified::<E>
+    }
+    fn __resilient_effect(&self) -> fn(&E) -> Effect {
+        |_| Effect {
+            may_have_taken_effect: false,
+            is_refusal: None,
+        }
+    }
+}
+
+/// What an error's own [`Classify`] impl says besides its classification,
+/// for a function whose `classify = path` classifies it: whether the
+/// failure may have taken effect, and whether it is the library's refusal.
+/// A `classify` function decides retrying and counting only; the error
+/// still knows whether the request went out (an `http::Error` after
+/// sending, a 500), which `observe` and the server layers report.
+#[derive(Debug, Clone, Copy)]
+pub struct Effect {
+    may_have_taken_effect: bool,
+    is_refusal: Option<bool>,
+}
+
+/// A `classify = path` function's classification, with what the error's
+/// own `Classify` impl says besides ([`Effect`]).
+#[inline]
+pub fn with_effect(verdict: crate::classify::Verdict, effect: Effect) -> crate::classify::Verdict {
+    crate::classify::Verdict {
+        may_have_taken_effect: effect.may_have_taken_effect,
+        is_refusal: effect.is_refusal,
+        ..verdict
     }
 }
 

@@ -342,6 +342,46 @@ async fn a_breaker_opens_on_a_dependency_that_answers_500_to_everything() {
     }
 }
 
+#[resilient(
+    retries = 2,
+    idempotent,
+    base_ms = 1,
+    classify = resilient::http::classify_retrying_500
+)]
+async fn call_retrying_500(client: &reqwest::Client, addr: SocketAddr) -> Result<String, Error> {
+    post_text(client, addr, "/x").await
+}
+
+/// A `classify = path` function decides retrying and counting only: what
+/// the error's own `Classify` says besides (a 500 may have taken effect)
+/// still reaches the report. Before, a named classifier made every attempt
+/// "certainly not done" (review 15), and a server layer above forgot a
+/// keyed request that had charged.
+#[tokio::test]
+async fn a_classify_function_keeps_what_the_error_says_of_its_effect() {
+    let hits = Arc::new(AtomicU32::new(0));
+    let router = Router::new()
+        .route(
+            "/x",
+            post(|State(hits): State<Arc<AtomicU32>>| async move {
+                hits.fetch_add(1, Ordering::SeqCst);
+                StatusCode::INTERNAL_SERVER_ERROR
+            }),
+        )
+        .with_state(hits.clone());
+    let addr = serve(router).await;
+    let (result, report) =
+        resilient::observe(call_retrying_500(&reqwest::Client::new(), addr)).await;
+    let e = result.unwrap_err();
+    assert_eq!(hits.load(Ordering::SeqCst), 3, "retried, as classified");
+    assert!(e.may_have_taken_effect(), "{e:?}");
+    assert_eq!(report.attempts().len(), 3, "{report:?}");
+    assert!(
+        report.attempts().iter().all(|a| a.may_have_taken_effect),
+        "{report:?}"
+    );
+}
+
 #[tokio::test]
 async fn an_undecodable_success_is_permanent_and_took_effect() {
     let router = Router::new().route("/n", get(|| async { "not a number" }));

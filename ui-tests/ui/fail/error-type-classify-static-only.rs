@@ -1,9 +1,10 @@
 // An error type that borrows, with `Classify` for `'static` only: the
 // expansion's lookup of `Classify` (for a function without retries, which
-// classifies what it reports when it can) takes that impl for
-// `StaticOnly<'a>`, as Rust's method lookup ignores lifetimes. The fix, as
-// the attribute's docs say: implement it for every lifetime, or name
-// `classify = path` (ui/pass/error-type-probes.rs).
+// classifies what it reports when it can, and for one that names
+// `classify = path`, which still asks the error whether a failure may have
+// taken effect) takes that impl for `StaticOnly<'a>`, as Rust's method
+// lookup ignores lifetimes. The fix, as the attribute's docs say:
+// implement it for every lifetime (ui/pass/error-type-probes.rs).
 use resilient::{Classification, Classify, resilient};
 
 #[derive(Debug)]
@@ -26,6 +27,15 @@ impl Classify for StaticOnly<'static> {
 
 #[resilient(deadline_ms = 100)]
 async fn static_only<'a>(text: &'a str) -> Result<u32, StaticOnly<'a>> {
+    text.parse().map_err(|_| StaticOnly::Bad(text))
+}
+
+fn permanent(_: &StaticOnly<'_>) -> Classification {
+    Classification::Permanent
+}
+
+#[resilient(retries = 1, idempotent, classify = permanent)]
+async fn named_classifier<'a>(text: &'a str) -> Result<u32, StaticOnly<'a>> {
     text.parse().map_err(|_| StaticOnly::Bad(text))
 }
 
