@@ -8,7 +8,7 @@
 //! that is checked, with no `cfg` in it.
 
 pub(crate) mod atomic {
-    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+    pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 }
 
 /// How many shards threads are spread over, for counters every call

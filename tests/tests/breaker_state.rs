@@ -734,3 +734,211 @@ fn threads_sharing_a_breaker_open_it_at_its_minimum_of_failures() {
         );
     }
 }
+
+/// A reset (by hand, or half-open probes closing the breaker) empties the
+/// window before the closed state is published: no call of the new state
+/// records into, or is judged on, the old window while it is swept, and no
+/// look at the window made during the reset counts the emptied window as
+/// full (review 14; the loom models in `model_breaker.rs` check the same
+/// orderings in a small window).
+mod reset_races {
+    use super::*;
+
+    /// How long each race runs: it failed within 0.1 to 18 s before (in
+    /// release builds), so a pass here is evidence, not proof; the models
+    /// are the proof.
+    const RACE_FOR: Duration = Duration::from_secs(3);
+
+    fn count_window(size: u32, minimum: u32) -> BreakerConfig {
+        BreakerConfig::default()
+            .sliding_window(SlidingWindow::CountBased { size })
+            .minimum_number_of_calls(minimum)
+            .wait_duration_in_open_state(Duration::from_secs(1))
+    }
+
+    /// A snapshot (a metrics publisher, a health endpoint) taken while the
+    /// breaker is reset must never make the emptied window count as full: the
+    /// breaker would then open on the first failure after the reset, with one
+    /// call in a window whose minimum is 50.
+    #[test]
+    fn a_snapshot_racing_a_reset_never_makes_an_emptied_window_count_as_full() {
+        let breaker = Arc::new(Breaker::new("r14-race", count_window(100, 50)).unwrap());
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut readers = Vec::new();
+        for _ in 0..2 {
+            let breaker = breaker.clone();
+            let stop = stop.clone();
+            readers.push(std::thread::spawn(move || {
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let s = breaker.snapshot();
+                    std::hint::black_box(&s);
+                    n += 1;
+                }
+                n
+            }));
+        }
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let _guard = rt.enter();
+        let began = std::time::Instant::now();
+        let mut premature = None;
+        let mut rounds = 0u64;
+        while began.elapsed() < RACE_FOR {
+            rounds += 1;
+            breaker.reset();
+            // Six failures: a block's worth of positions, far under the
+            // minimum of 50.
+            for i in 0..6 {
+                breaker
+                    .try_acquire()
+                    .expect("a closed breaker admits")
+                    .record(Some(Classification::Transient));
+                if breaker.state() != State::Closed {
+                    premature = Some((rounds, i + 1, breaker.snapshot()));
+                    break;
+                }
+            }
+            if premature.is_some() {
+                break;
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        let reads: u64 = readers.into_iter().map(|t| t.join().unwrap()).sum();
+        assert!(
+            premature.is_none(),
+            "after {} resets ({reads} snapshots), the breaker opened on failure {} \
+             after a reset, with a minimum of 50 calls: {:?}",
+            premature.as_ref().unwrap().0,
+            premature.as_ref().unwrap().1,
+            premature.as_ref().unwrap().2,
+        );
+    }
+
+    /// The same race without any snapshot: calls recording while the breaker
+    /// is reset (a half-open state closing, a reset by hand) can leave the
+    /// emptied window counted as full, and the breaker then opens on a
+    /// failure rate over fewer calls than its minimum.
+    #[test]
+    fn a_record_racing_a_reset_never_opens_over_fewer_calls_than_the_minimum() {
+        let breaker = Arc::new(Breaker::new("r14-race-rec", count_window(100, 50)).unwrap());
+        let premature = Arc::new(std::sync::Mutex::new(None::<String>));
+        let seen = premature.clone();
+        let _sub = breaker.subscribe(move |event| match event {
+            resilient::BreakerEvent::StateTransition {
+                to: State::Open,
+                reason: reason @ TransitionReason::FailureRate { calls, .. },
+                ..
+            } if *calls < 25 => {
+                seen.lock()
+                    .unwrap()
+                    .get_or_insert_with(|| format!("{reason}"));
+            }
+            _ => {}
+        });
+        let stop = Arc::new(AtomicBool::new(false));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let recorder = {
+            let breaker = breaker.clone();
+            let stop = stop.clone();
+            let h = rt.handle().clone();
+            std::thread::spawn(move || {
+                let _g = h.enter();
+                while !stop.load(Ordering::Relaxed) {
+                    if let Ok(p) = breaker.try_acquire() {
+                        p.record(Some(Classification::Transient));
+                    }
+                }
+            })
+        };
+        let _g = rt.enter();
+        let began = std::time::Instant::now();
+        while began.elapsed() < RACE_FOR && premature.lock().unwrap().is_none() {
+            for _ in 0..1000 {
+                breaker.reset();
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        recorder.join().unwrap();
+        let seen = premature.lock().unwrap().clone();
+        assert!(
+            seen.is_none(),
+            "opened over fewer than half the minimum of 50 calls: {seen:?}"
+        );
+    }
+
+    /// Half-open probes succeed: "closed with an empty window". A call
+    /// admitted by the new closed state, failing at once, must be judged on
+    /// the new window, not on the failures that opened the breaker (which the
+    /// closing probe is still sweeping out).
+    #[test]
+    fn the_first_failure_after_half_open_closes_is_not_judged_on_the_old_window() {
+        const SIZE: u32 = 100_000;
+        let config = BreakerConfig::default()
+            .sliding_window(SlidingWindow::CountBased { size: SIZE })
+            .minimum_number_of_calls(1_000)
+            .permitted_number_of_calls_in_half_open_state(1)
+            .wait_duration_in_open_state(Duration::from_millis(1));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let _g = rt.enter();
+        let mut reopened = 0;
+        let rounds = 5;
+        for _ in 0..rounds {
+            let breaker = Arc::new(Breaker::new("r14-reclose", config.clone()).unwrap());
+            // Successes first, then failures: the window opens at 50 % over
+            // its full size, its failures in its last slots.
+            for _ in 0..SIZE / 2 {
+                breaker.try_acquire().unwrap().record(None);
+            }
+            for _ in 0..SIZE / 2 {
+                breaker
+                    .try_acquire()
+                    .unwrap()
+                    .record(Some(Classification::Transient));
+            }
+            assert_eq!(breaker.state(), State::Open, "{:?}", breaker.snapshot());
+            std::thread::sleep(Duration::from_millis(5));
+            let go = Arc::new(AtomicBool::new(false));
+            let failer = {
+                let breaker = breaker.clone();
+                let go = go.clone();
+                let h = rt.handle().clone();
+                std::thread::spawn(move || {
+                    let _g = h.enter();
+                    while !go.load(Ordering::Acquire) {
+                        std::hint::spin_loop();
+                    }
+                    // Wait for the probe to close the breaker, then fail once.
+                    while breaker.state() != State::Closed {
+                        std::hint::spin_loop();
+                    }
+                    breaker
+                        .try_acquire()
+                        .expect("closed")
+                        .record(Some(Classification::Transient));
+                })
+            };
+            let probe = breaker.try_acquire().expect("the wait is over: a probe");
+            assert_eq!(breaker.state(), State::HalfOpen);
+            go.store(true, Ordering::Release);
+            probe.record(None);
+            failer.join().unwrap();
+            if breaker.state() != State::Closed {
+                reopened += 1;
+            }
+        }
+        assert_eq!(
+            reopened, 0,
+            "in {reopened} of {rounds} rounds, one failure right after the probes closed the \
+             breaker (minimum 1000 calls) opened it again"
+        );
+    }
+}

@@ -6,7 +6,7 @@
 
 mod sync {
     pub(crate) mod atomic {
-        pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+        pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
     }
 
     use std::cell::Cell;
@@ -34,7 +34,7 @@ mod sync {
 mod breaker_core;
 
 use breaker_core::{
-    Acquired, Admission, Core, Phase, Sample, Settings, Transition, Window, WindowKind,
+    Acquired, Admission, Cause, Core, Phase, Sample, Settings, Transition, Window, WindowKind,
 };
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicUsize, Ordering};
@@ -608,5 +608,96 @@ fn a_count_window_with_positions_a_shard_left_unused_opens_at_its_minimum() {
             "opened after this many failures recorded"
         );
         assert_eq!(core.phase(), Phase::Open);
+    });
+}
+
+/// A failing call racing a reset of a closed breaker (by hand, or a
+/// half-open breaker closing): it opens the breaker only over the minimum
+/// of calls. Before, the reset published the new state and then emptied
+/// the window, and a call of the new state recorded into the half-swept
+/// window, counted the old window's positions as its own and opened over
+/// 2 calls of a minimum of 4 (review 14).
+#[test]
+fn a_failure_racing_a_reset_opens_only_over_the_minimum() {
+    model(|| {
+        let core = Arc::new(Core::new(
+            settings(WindowKind::Count(4), 4, 1),
+            Phase::Closed,
+        ));
+        let failure = Sample::Call {
+            failed: true,
+            slow: false,
+            hold_until_ns: None,
+        };
+        for _ in 0..3 {
+            let (admission, _) = admitted(core.try_acquire(0)).unwrap();
+            assert!(core.record(admission, failure, 0)[0].is_none());
+        }
+        let c = core.clone();
+        let resetter = thread::spawn(move || {
+            c.transition_to(Phase::Closed, 0);
+        });
+        let opened = admitted(core.try_acquire(0))
+            .and_then(|(admission, _)| core.record(admission, failure, 0)[0]);
+        if let Some(Transition {
+            cause: Cause::Rates { calls, .. },
+            ..
+        }) = opened
+        {
+            assert!(
+                calls >= 4,
+                "opened over {calls} calls, under the minimum of 4"
+            );
+        }
+        resetter.join().unwrap();
+        // Opened before the reset, the reset closed it; after, one failure
+        // in an emptied window cannot open it.
+        assert_eq!(
+            core.phase(),
+            Phase::Closed,
+            "one failure after a reset opened it"
+        );
+    });
+}
+
+/// A snapshot racing a reset never marks the emptied window as holding its
+/// minimum: one failure after both does not open a breaker whose minimum
+/// is the window's size. A snapshot that found the old window full could
+/// mark it so just after the reset had emptied it, and the mark would hold
+/// until the next reset (review 14 found the like with a look that read
+/// the position count before a reset and its start after).
+#[test]
+fn a_snapshot_racing_a_reset_leaves_the_emptied_window_empty() {
+    model(|| {
+        let core = Arc::new(Core::new(
+            settings(WindowKind::Count(4), 4, 1),
+            Phase::Closed,
+        ));
+        let failure = Sample::Call {
+            failed: true,
+            slow: false,
+            hold_until_ns: None,
+        };
+        // A full window of successes: a look at it marks it full.
+        let success = Sample::Call {
+            failed: false,
+            slow: false,
+            hold_until_ns: None,
+        };
+        for _ in 0..4 {
+            let (admission, _) = admitted(core.try_acquire(0)).unwrap();
+            assert!(core.record(admission, success, 0)[0].is_none());
+        }
+        let c = core.clone();
+        let resetter = thread::spawn(move || {
+            c.transition_to(Phase::Closed, 0);
+        });
+        let _ = core.metrics(0);
+        resetter.join().unwrap();
+        let (admission, _) = admitted(core.try_acquire(0)).unwrap();
+        assert!(
+            core.record(admission, failure, 0)[0].is_none(),
+            "one failure in an emptied window of a minimum of 4 opened it"
+        );
     });
 }

@@ -47,7 +47,7 @@
 //!   for the counts that must change in the same compare-and-swap.)
 
 use crate::sync::SHARDS;
-use crate::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 const GEN_SHIFT: u32 = 3;
 const GEN_BITS: u32 = 21;
@@ -405,13 +405,12 @@ enum Slots {
         /// its remainder by two multiplications (`Modulo`) where a 64-bit one
         /// needs a division.
         next: AtomicU32,
-        /// `next` when the window was last emptied: the positions handed
-        /// out since are `next - start` (wrapping).
-        start: AtomicU32,
-        /// At least the window's size of outcomes have been recorded since
-        /// it was last emptied (sticky until then): see
-        /// [`Window::recorded_enough`].
-        filled: AtomicBool,
+        /// Since when the window counts outcomes, in one word so that a
+        /// reader sees one emptying's values, never a mix
+        /// ([`Since`]): `next` when it was last emptied, whether the
+        /// window's size of outcomes has been recorded since (sticky until
+        /// it is emptied again), and how many times it has been emptied.
+        since: AtomicU64,
         /// Positions are handed out `block` at a time to each shard of
         /// threads (`crate::sync::shard`), which records into them in order
         /// through its own cursor, on its own cache line: threads of
@@ -488,6 +487,51 @@ impl Cursor {
     }
 }
 
+/// A count window's `since` word: the position it counts from (low 32
+/// bits), whether it has been filled since (bit 32), how many emptyings
+/// are sweeping it now (bits 33 to 39), and how many times its count has
+/// restarted (the bits above, wrapping), so that a look that began before
+/// one can tell (its word no longer matches).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Since(u64);
+
+impl Since {
+    const FILLED: u64 = 1 << 32;
+    const SWEEPER: u64 = 1 << 33;
+    const SWEEPERS: u64 = 0x7f << 33;
+    const EPOCH: u64 = 1 << 40;
+
+    fn start(self) -> u32 {
+        self.0 as u32
+    }
+
+    fn filled(self) -> bool {
+        self.0 & Self::FILLED != 0
+    }
+
+    fn sweeping(self) -> bool {
+        self.0 & Self::SWEEPERS != 0
+    }
+
+    fn marked_filled(self) -> Since {
+        Since(self.0 | Self::FILLED)
+    }
+
+    /// An emptying begins: nothing recorded counts until it ends.
+    fn sweep_begins(self) -> Since {
+        let sweepers = (self.0 & Self::SWEEPERS).saturating_add(Self::SWEEPER) & Self::SWEEPERS;
+        let epoch = (self.0 & !(Self::EPOCH - 1)).wrapping_add(Self::EPOCH);
+        Since(epoch | sweepers | u64::from(self.start()))
+    }
+
+    /// An emptying ends: the count restarts from `next`.
+    fn sweep_ends(self, next: u32) -> Since {
+        let sweepers = (self.0 & Self::SWEEPERS).saturating_sub(Self::SWEEPER);
+        let epoch = (self.0 & !(Self::EPOCH - 1)).wrapping_add(Self::EPOCH);
+        Since(epoch | sweepers | u64::from(next))
+    }
+}
+
 /// A sliding window with exactly-once accounting of its totals.
 #[derive(Debug)]
 pub(crate) struct Window {
@@ -503,8 +547,7 @@ impl Window {
                 Slots::Count {
                     slots: (0..size).map(|_| AtomicU32::new(0)).collect(),
                     next: AtomicU32::new(0),
-                    start: AtomicU32::new(0),
-                    filled: AtomicBool::new(false),
+                    since: AtomicU64::new(0),
                     cursors: Box::new(std::array::from_fn(|_| Cursor(AtomicU64::new(0)))),
                     // A sixteenth of the window, up to 8: the window of 100
                     // calls by default hands out 6 at a time; windows under
@@ -687,14 +730,14 @@ impl Window {
 
     /// [`recorded_enough`](Self::recorded_enough) of a window holding
     /// fewer than `minimum` outcomes: out of line, off the path of a
-    /// window that is full.
+    /// window that is full. `false` whenever the window was emptied while
+    /// this looked (a stale answer could only be too large).
     #[inline(never)]
     fn recorded_since_emptied(&self, minimum: u64) -> bool {
         let Slots::Count {
             slots,
             next,
-            start,
-            filled,
+            since,
             cursors,
             block,
             ..
@@ -702,12 +745,16 @@ impl Window {
         else {
             return false;
         };
-        if filled.load(Ordering::Acquire) {
+        let word = since.load(Ordering::Acquire);
+        let from = Since(word);
+        if from.filled() {
             return true;
         }
-        let handed = next
-            .load(Ordering::Acquire)
-            .wrapping_sub(start.load(Ordering::Acquire));
+        // Being emptied: what is recorded meanwhile may be swept out.
+        if from.sweeping() {
+            return false;
+        }
+        let handed = next.load(Ordering::Acquire).wrapping_sub(from.start());
         // Read after `next`: a block taken meanwhile is counted unused but
         // not handed out, which can only delay the answer. A shard taking
         // a new block (its cursor claimed) may have taken it from `next`
@@ -719,29 +766,43 @@ impl Window {
                 left => left,
             })
             .fold(0, u32::saturating_add);
-        let recorded = handed.saturating_sub(unused);
-        if u64::from(recorded) >= slots.len() as u64 {
-            filled.store(true, Ordering::Release);
+        if since.load(Ordering::Acquire) != word {
+            return false;
         }
-        u64::from(recorded) >= minimum
+        let recorded = u64::from(handed.saturating_sub(unused));
+        if recorded >= slots.len() as u64 {
+            // Only if the window has not been emptied since `word`.
+            let _ = since.compare_exchange(
+                word,
+                from.marked_filled().0,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+        }
+        recorded >= minimum
     }
 
     /// Empties every slot, taking each one's counts out of the totals.
     pub(crate) fn reset(&self) {
         match &self.slots {
             Slots::Count {
-                slots,
-                next,
-                start,
-                filled,
-                ..
+                slots, next, since, ..
             } => {
-                start.store(next.load(Ordering::Acquire), Ordering::Release);
-                filled.store(false, Ordering::Release);
+                // While the slots are swept, nothing recorded counts towards
+                // the minimum (it may be swept out); after, the count starts
+                // from the positions handed out then: outcomes recorded
+                // during the sweep that stayed are not counted (which can
+                // only delay an opening, never bring it on).
+                let _ = since.fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                    Some(Since(w).sweep_begins().0)
+                });
                 for slot in slots.iter() {
                     let (c, f, s) = slot_counts(slot.swap(0, Ordering::AcqRel));
                     self.totals.sub(c, f, s);
                 }
+                let _ = since.fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                    Some(Since(w).sweep_ends(next.load(Ordering::Acquire)).0)
+                });
             }
             Slots::Time { buckets, .. } => {
                 for bucket in buckets.iter() {
@@ -1122,15 +1183,20 @@ impl Core {
             } else {
                 (Word::half_open(generation, w.taken(), recorded), None)
             };
+            // Closing: the window is emptied before the closed state is
+            // published, so that no call of the new state records into, or
+            // is judged on, the old window while it is swept. (Half-open,
+            // nobody records into it.)
+            if next.phase() == Phase::Closed {
+                self.window.reset();
+            }
             match self
                 .state
                 .compare_exchange(w.0, next.0, Ordering::AcqRel, Ordering::Acquire)
             {
                 Ok(_) => {
-                    match next.phase() {
-                        Phase::Closed => self.window.reset(),
-                        Phase::Open => self.publish_until(next, until),
-                        _ => {}
+                    if next.phase() == Phase::Open {
+                        self.publish_until(next, until);
                     }
                     return transition;
                 }
@@ -1229,6 +1295,12 @@ impl Core {
                 Phase::HalfOpen => Word::half_open(generation, 0, 0),
                 other => Word::new(other, generation, 0),
             };
+            // Emptied before the new state is published (see
+            // `record_half_open`): a call of the new state never sees the
+            // old window half swept.
+            if !matches!(to, Phase::Open | Phase::HalfOpen) {
+                self.window.reset();
+            }
             match self
                 .state
                 .compare_exchange(w.0, next.0, Ordering::AcqRel, Ordering::Acquire)
@@ -1237,7 +1309,7 @@ impl Core {
                     match to {
                         Phase::HalfOpen => self.add_half_open_counts(generation, false, false),
                         Phase::Open => self.publish_until(next, until),
-                        _ => self.window.reset(),
+                        _ => {}
                     }
                     return Transition {
                         from: w.phase(),

@@ -10,9 +10,12 @@ use super::State;
 /// time-based one only as far as its span still reaches), also after the
 /// probes of a half-open state reopened it (their rates are in that
 /// transition's [`BreakerEvent`](super::BreakerEvent)s); in half-open the
-/// counts are the probes' outcomes so far. Rates are `None` until the
-/// window holds `minimum_number_of_calls` outcomes (in half-open, until
-/// every probe has reported).
+/// counts are the probes' outcomes so far. Rates are `None` until
+/// `minimum_number_of_calls` outcomes have been recorded since the window
+/// was last emptied, as the breaker itself judges (a count window shared by
+/// threads can hold a few fewer: see the sliding window in
+/// [`Breaker`](super::Breaker)'s docs; in half-open, until every probe has
+/// reported).
 #[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct BreakerSnapshot {
