@@ -534,6 +534,37 @@ async fn a_handler_cut_inside_the_layer_is_not_run_again() {
     assert_eq!(provider.runs.load(Ordering::SeqCst), 2);
 }
 
+static CUT_RUNS: AtomicU32 = AtomicU32::new(0);
+
+/// Charges under a deadline of its own, which cuts it while its answer is
+/// slow: a `resilient::Error` that may have taken effect.
+async fn charge_cut_by_own_deadline() -> Result<String, resilient::Error> {
+    let n = resilient::with_deadline(Duration::from_millis(100), async {
+        let n = CUT_RUNS.fetch_add(1, Ordering::SeqCst) + 1;
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        n
+    })
+    .await?;
+    Ok(format!("charge {n}"))
+}
+
+/// A handler answers with the library's error for work a deadline cut
+/// while it ran: that 504 is kept under the key, as any answer of a
+/// handler that acted, not forgotten as a refusal before anything ran,
+/// which would let the retry charge again (review 15).
+#[tokio::test]
+async fn a_deadline_that_cut_the_handlers_work_is_kept() {
+    let router = Router::new()
+        .route("/charges", post(charge_cut_by_own_deadline))
+        .layer(IdempotencyLayer::new());
+    let addr = listen(router).await;
+    let first = post_charge(addr, Some("cut-by-own-deadline"), "1").await;
+    assert_eq!((first.0, first.1), (StatusCode::GATEWAY_TIMEOUT, false));
+    let again = post_charge(addr, Some("cut-by-own-deadline"), "1").await;
+    assert_eq!((again.0, again.1), (StatusCode::GATEWAY_TIMEOUT, true));
+    assert_eq!(CUT_RUNS.load(Ordering::SeqCst), 1);
+}
+
 static PANIC_RUNS: AtomicU32 = AtomicU32::new(0);
 
 async fn charge_then_panic() -> String {

@@ -75,9 +75,13 @@ pub fn refusal_response(e: &crate::Error) -> Response<String> {
     if let Some(wait) = e.retry_in() {
         set_retry_after(&mut response, wait);
     }
-    // Marks the answer as the library's refusal: nothing ran, so an
-    // idempotency store must not keep it (`tower::IdempotencyLayer`).
-    response.extensions_mut().insert(RefusalAnswer);
+    // Marks the answer as the library's refusal before anything ran, which
+    // an idempotency store must not keep (`tower::IdempotencyLayer`): not a
+    // deadline or timeout that cut work while it ran, which may have taken
+    // effect, so that a retry under the key must not run it again.
+    if !e.may_have_taken_effect() {
+        response.extensions_mut().insert(RefusalAnswer);
+    }
     if !e.callers_may_retry() {
         super::set_do_not_retry(response.headers_mut());
     }

@@ -47,7 +47,10 @@ const DEFAULT_MAX_RUN_WITHOUT_CLIENT: Duration = Duration::from_secs(60);
 ///   the handler has run, running it again could do the work twice. Only
 ///   the answers that say the request was *not* processed are forgotten,
 ///   so the client's retry runs it: 408, 429 and 503 (RFC 9110 §15.5.9,
-///   §15.6.4; RFC 6585 §4), the library's refusals, and an answer whose
+///   §15.6.4; RFC 6585 §4), the library's refusals before anything ran
+///   (not a deadline or timeout that cut work while it ran: see
+///   [`Error::may_have_taken_effect`](crate::Error::may_have_taken_effect)),
+///   and an answer whose
 ///   body failed mid-way (make such handlers safe to re-run, or answer 503
 ///   before doing anything). Such an answer is kept all the same when an
 ///   annotated call inside the handler succeeded or may have taken effect
