@@ -91,8 +91,9 @@ pub fn parse_pushback(value: &str) -> Pushback {
 /// | a retryable code above, with a negative or malformed pushback | do-not-retry (a failure for a breaker, not retried) | A6: the server asks the client not to retry |
 /// | any other, with such a pushback | permanent | the request is at fault either way |
 ///
-/// A valid pushback on `UNAVAILABLE` makes it throttled for that long (A6:
-/// "the client will retry after the delay specified by the server").
+/// A valid pushback on `UNAVAILABLE` or `DEADLINE_EXCEEDED` makes it
+/// throttled for that long (A6: "the client will retry after the delay
+/// specified by the server").
 ///
 /// ```
 /// use std::time::Duration;
@@ -108,6 +109,10 @@ pub fn parse_pushback(value: &str) -> Pushback {
 /// assert_eq!(
 ///     classify_code(code::UNAVAILABLE, Some(Pushback::DoNotRetry)),
 ///     Some(Classification::DoNotRetry { retry_after: None }),
+/// );
+/// assert_eq!(
+///     classify_code(code::DEADLINE_EXCEEDED, Some(Pushback::RetryAfter(Duration::from_millis(200)))),
+///     Some(Classification::Throttled { retry_after: Some(Duration::from_millis(200)) }),
 /// );
 /// // The server failed while processing: not retried, but counted.
 /// assert_eq!(
@@ -133,11 +138,12 @@ pub fn classify_code(code: i32, pushback: Option<Pushback>) -> Option<Classifica
         // timed out; the caller's own deadline decides whether another
         // one fits.
         (code::UNAVAILABLE | code::DEADLINE_EXCEEDED, None) => Classification::Transient,
-        (code::UNAVAILABLE | code::RESOURCE_EXHAUSTED, Some(Pushback::RetryAfter(d))) => {
-            Classification::Throttled {
-                retry_after: Some(d),
-            }
-        }
+        (
+            code::UNAVAILABLE | code::RESOURCE_EXHAUSTED | code::DEADLINE_EXCEEDED,
+            Some(Pushback::RetryAfter(d)),
+        ) => Classification::Throttled {
+            retry_after: Some(d),
+        },
         (code::RESOURCE_EXHAUSTED, None) => Classification::Throttled { retry_after: None },
         // The server failed (as HTTP's 500): not retried, but counted.
         (code::INTERNAL | code::UNKNOWN | code::DATA_LOSS, _) => {
