@@ -18,9 +18,11 @@
 
 use axum_core::response::{IntoResponse, Response};
 
-/// 503 (breaker open, bulkhead full, shed) with `Retry-After` when known,
-/// or 504 (deadline, timeout), with a problem+json body and `Do-Not-Retry`:
-/// see [`refusal_response`](crate::http::refusal_response).
+/// 503 (breaker open, bulkhead full, shed, shutting down) with
+/// `Retry-After` when known, or 504 (deadline, timeout), with a
+/// problem+json body; `Do-Not-Retry` on every one but a deadline's or a
+/// timeout's and a draining instance's, which a caller may retry: see
+/// [`refusal_response`](crate::http::refusal_response).
 impl IntoResponse for crate::Error {
     fn into_response(self) -> Response {
         let (parts, body) = crate::http::refusal_response(&self).into_parts();
