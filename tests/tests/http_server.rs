@@ -121,6 +121,48 @@ async fn a_handler_still_running_at_the_deadline_is_cut() {
     assert!(start.elapsed() < Duration::from_secs(5));
 }
 
+static LEDGER: AtomicU32 = AtomicU32::new(0);
+
+#[resilient::resilient(deadline_ms = 1000)]
+async fn ledger_write() -> Result<(), resilient::Error> {
+    LEDGER.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+/// The deadline cuts a handler after one of its calls acted: the 504 says
+/// the request may have taken effect, as every failure answer after a call
+/// acted does (review 17: the cut's 504 said nothing of it, which a client
+/// that reads only the header took for "not done").
+#[tokio::test]
+async fn a_handler_cut_after_a_call_acted_says_it_may_have_taken_effect() {
+    let addr = serve(
+        Router::new()
+            .route(
+                "/",
+                get(|| async {
+                    ledger_write().await?;
+                    tokio::time::sleep(Duration::from_secs(20)).await;
+                    Ok::<_, resilient::Error>("late")
+                }),
+            )
+            .layer(ResilienceLayer::new()),
+    )
+    .await;
+    let response = reqwest::Client::new()
+        .get(format!("http://{addr}/"))
+        .header("request-budget-ms", "200")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
+    assert_eq!(LEDGER.load(Ordering::SeqCst), 1);
+    assert!(
+        resilient::http::says_may_have_taken_effect(response.headers()),
+        "{:?}",
+        response.headers()
+    );
+}
+
 static HUNG: AtomicU32 = AtomicU32::new(0);
 
 /// Never answers: a hung instance.

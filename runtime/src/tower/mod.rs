@@ -204,6 +204,11 @@ where
                     if already_retried(&report) {
                         mark_do_not_retry(&mut response, grpc);
                     }
+                    // A call inside acted before the cut (HTTP, and gRPC's
+                    // headers-only failure, carry the same mark).
+                    if acted(&report) {
+                        crate::http::set_may_have_taken_effect(response.headers_mut());
+                    }
                     return Ok(response);
                 }
                 Err(refusal) => return Ok(shutting_down(grpc, &refusal)),
