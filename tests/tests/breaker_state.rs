@@ -942,3 +942,454 @@ mod reset_races {
         );
     }
 }
+
+/// The count window's minimum of outcomes "recorded since emptied", and
+/// emptying around a change of state, under concurrency (review 16, after
+/// the first version of both: calls admitted before a reset leaked into the
+/// window swept before the change was published; a position taken but not
+/// yet written counted as an outcome; blocks taken before a reset kept
+/// their outcomes from counting after it; a half-open snapshot showed more
+/// failures than outcomes).
+mod windows_under_concurrency {
+    use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+    use std::sync::{Arc, Barrier, Mutex};
+    use std::time::{Duration, Instant};
+
+    use resilient::{
+        Breaker, BreakerConfig, BreakerEvent, Classification, SlidingWindow, State,
+        TransitionReason,
+    };
+
+    const FAIL: Option<Classification> = Some(Classification::Transient);
+
+    fn count_window(size: u32, minimum: u32) -> BreakerConfig {
+        BreakerConfig::default()
+            .sliding_window(SlidingWindow::CountBased { size })
+            .minimum_number_of_calls(minimum)
+            .wait_duration_in_open_state(Duration::from_secs(3600))
+    }
+
+    /// Collects the `calls` of every closed -> open transition on the rates.
+    #[derive(Default)]
+    struct Opens {
+        calls: Mutex<Vec<(u32, String)>>,
+    }
+
+    fn watch(breaker: &Breaker) -> (Arc<Opens>, resilient::Subscription) {
+        let opens = Arc::new(Opens::default());
+        let o = opens.clone();
+        let sub = breaker.subscribe(move |event| {
+            if let BreakerEvent::StateTransition {
+                from: State::Closed,
+                to: State::Open,
+                reason,
+                ..
+            } = event
+            {
+                match reason {
+                    TransitionReason::FailureRate { calls, .. }
+                    | TransitionReason::SlowCallRate { calls, .. } => {
+                        o.calls.lock().unwrap().push((*calls, format!("{reason}")));
+                    }
+                    _ => {}
+                }
+            }
+        });
+        (opens, sub)
+    }
+
+    fn until(deadline: Instant) -> bool {
+        Instant::now() < deadline
+    }
+
+    // ---------------------------------------------------------------------------
+    // 1. A position taken but not yet written counts as "recorded"
+    // ---------------------------------------------------------------------------
+
+    /// A window of 10 (blocks of one: every position comes straight from the
+    /// shared counter, and no shard ever holds unused positions), minimum 10.
+    /// Threads record failures; the breaker is reset whenever it opens. The
+    /// breaker must never open over fewer than 10 outcomes: with blocks of one
+    /// there are no unused positions for the window to be short of.
+    #[test]
+    fn a_window_of_blocks_of_one_never_opens_over_fewer_outcomes_than_the_minimum() {
+        const MIN: u32 = 10;
+        let breaker = Arc::new(Breaker::new("r16-inflight", count_window(MIN, MIN)).unwrap());
+        let (opens, sub) = watch(&breaker);
+        let stop = Arc::new(AtomicBool::new(false));
+        let records = Arc::new(AtomicU64::new(0));
+        let threads: Vec<_> = (0..48)
+            .map(|_| {
+                let (b, stop, records) = (breaker.clone(), stop.clone(), records.clone());
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        if b.state() != State::Closed {
+                            std::thread::yield_now();
+                            continue;
+                        }
+                        if let Ok(p) = b.try_acquire() {
+                            p.record(FAIL);
+                            records.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                })
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(4);
+        let mut resets = 0u64;
+        while until(deadline) {
+            if breaker.state() == State::Open {
+                breaker.reset();
+                resets += 1;
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert!(sub.flush(Duration::from_secs(5)));
+        let opens = opens.calls.lock().unwrap();
+        let short: Vec<_> = opens.iter().filter(|(c, _)| *c < MIN).collect();
+        let least = short.iter().map(|(c, _)| *c).min();
+        assert!(
+            short.is_empty(),
+            "{} of {} openings (after {resets} resets, {} records, {} events dropped) were over \
+             fewer than the minimum of {MIN} outcomes; least: {least:?}; e.g. {:?}",
+            short.len(),
+            opens.len(),
+            records.load(Ordering::Relaxed),
+            sub.dropped_events(),
+            short.first()
+        );
+    }
+
+    // ---------------------------------------------------------------------------
+    // 2. Outcomes recorded during the sweep stay in the "emptied" window
+    // ---------------------------------------------------------------------------
+
+    /// `reset` closes the breaker "with an empty window", and "calls in flight
+    /// when the state changes are not counted in the new state". Calls
+    /// admitted before the reset and recording while it sweeps a large window
+    /// must not be in the new window: one failure after the reset must not
+    /// open a breaker whose minimum is 1 000.
+    #[test]
+    fn calls_admitted_before_a_reset_are_not_counted_after_it() {
+        const SIZE: u32 = 100_000;
+        let config = count_window(SIZE, 1_000);
+        let mut leaked_rounds = Vec::new();
+        let rounds = 10;
+        for round in 0..rounds {
+            let breaker = Arc::new(Breaker::new("r16-leak", config.clone()).unwrap());
+            let (opens, sub) = watch(&breaker);
+            // A window full of successes: the old state never trips meanwhile.
+            for _ in 0..SIZE {
+                breaker.try_acquire().unwrap().record(None);
+            }
+            let go = Arc::new(Barrier::new(2));
+            let t = {
+                let (b, go) = (breaker.clone(), go.clone());
+                std::thread::spawn(move || {
+                    // 5 000 calls admitted before the reset.
+                    let permits: Vec<_> = (0..5_000).map(|_| b.try_acquire().unwrap()).collect();
+                    go.wait();
+                    for p in permits {
+                        p.record(FAIL);
+                    }
+                })
+            };
+            go.wait();
+            breaker.reset();
+            t.join().unwrap();
+            let after_reset = breaker.snapshot();
+            // One failure, the only outcome recorded since the reset.
+            breaker.try_acquire().unwrap().record(FAIL);
+            let state = breaker.state();
+            assert!(sub.flush(Duration::from_secs(5)));
+            if after_reset.buffered_calls != 0 || state != State::Closed {
+                leaked_rounds.push((
+                    round,
+                    after_reset,
+                    state,
+                    opens.calls.lock().unwrap().clone(),
+                ));
+            }
+        }
+        assert!(
+            leaked_rounds.is_empty(),
+            "in {} of {rounds} rounds, outcomes of calls admitted before reset() were in the \
+             window after it; first: {:?}",
+            leaked_rounds.len(),
+            leaked_rounds.first()
+        );
+    }
+
+    // ---------------------------------------------------------------------------
+    // 3. Half-open snapshots
+    // ---------------------------------------------------------------------------
+
+    /// In half-open a snapshot shows the probes' outcomes so far: never more
+    /// failures (or slow calls) than outcomes.
+    #[test]
+    fn a_half_open_snapshot_never_shows_more_failures_than_outcomes() {
+        let config = count_window(100, 100).permitted_number_of_calls_in_half_open_state(1_000_000);
+        let breaker = Arc::new(Breaker::new("r16-ho-snap", config).unwrap());
+        breaker.transition_to(State::HalfOpen);
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads: Vec<_> = (0..12)
+            .map(|_| {
+                let (b, stop) = (breaker.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        match b.try_acquire() {
+                            Ok(p) => p.record(FAIL),
+                            Err(_) => std::thread::yield_now(),
+                        }
+                    }
+                })
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(4);
+        let mut bad = None;
+        let mut looks = 0u64;
+        while until(deadline) && bad.is_none() {
+            let s = breaker.snapshot();
+            looks += 1;
+            if s.failed_calls > s.buffered_calls
+                || s.slow_calls > s.buffered_calls
+                || s.failure_rate.is_some_and(|r| !(0.0..=100.0).contains(&r))
+            {
+                bad = Some(s);
+            }
+            if breaker.state() != State::HalfOpen {
+                breaker.transition_to(State::HalfOpen);
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert!(bad.is_none(), "after {looks} snapshots: {bad:?}");
+    }
+
+    // ---------------------------------------------------------------------------
+    // 4. Many concurrent resets (the sweepers' count is 7 bits)
+    // ---------------------------------------------------------------------------
+
+    /// More than 127 threads resetting a large window at once, while others
+    /// record failures: the breaker must never open over a window holding far
+    /// fewer outcomes than the minimum (an outcome counted towards the minimum
+    /// and then swept out by a sweep still running).
+    #[test]
+    fn many_concurrent_resets_never_open_over_a_swept_window() {
+        const SIZE: u32 = 1_000_000;
+        const MIN: u32 = 20;
+        let breaker = Arc::new(Breaker::new("r16-sweepers", count_window(SIZE, MIN)).unwrap());
+        let (opens, sub) = watch(&breaker);
+        let stop = Arc::new(AtomicBool::new(false));
+        let resets = Arc::new(AtomicU32::new(0));
+        let deadline = Instant::now() + Duration::from_secs(6);
+        let mut threads = Vec::new();
+        for _ in 0..4 {
+            let (b, stop) = (breaker.clone(), stop.clone());
+            threads.push(std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    if b.state() != State::Closed {
+                        b.reset();
+                        continue;
+                    }
+                    if let Ok(p) = b.try_acquire() {
+                        p.record(FAIL);
+                    }
+                }
+            }));
+        }
+        for _ in 0..160 {
+            let (b, stop, resets) = (breaker.clone(), stop.clone(), resets.clone());
+            threads.push(std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    b.reset();
+                    resets.fetch_add(1, Ordering::Relaxed);
+                }
+            }));
+        }
+        while until(deadline) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        stop.store(true, Ordering::Relaxed);
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert!(sub.flush(Duration::from_secs(10)));
+        let opens = opens.calls.lock().unwrap();
+        // Leave room for positions in flight and shards' unused blocks.
+        let short: Vec<_> = opens.iter().filter(|(c, _)| *c < MIN / 2).collect();
+        eprintln!(
+            "{} openings, least calls {:?}, {} resets",
+            opens.len(),
+            opens.iter().map(|(c, _)| *c).min(),
+            resets.load(Ordering::Relaxed)
+        );
+        assert!(
+            short.is_empty(),
+            "{} of {} openings (over {} resets) were over fewer than half the minimum of {MIN}: {:?}",
+            short.len(),
+            opens.len(),
+            resets.load(Ordering::Relaxed),
+            short.iter().take(5).collect::<Vec<_>>()
+        );
+    }
+
+    // ---------------------------------------------------------------------------
+    // 5. Opening when enough calls were recorded
+    // ---------------------------------------------------------------------------
+
+    /// After a reset, one thread recording `minimum` failures opens the
+    /// breaker, whatever other threads did before the reset (windows of 1 to
+    /// 40, blocks of 1 and 2): the minimum counts "the outcomes recorded since
+    /// the window was last emptied".
+    #[test]
+    fn after_a_reset_the_minimum_of_failures_from_one_thread_opens() {
+        let mut late = Vec::new();
+        for size in 1..=40u32 {
+            let breaker = Arc::new(Breaker::new("r16-exact", count_window(size, size)).unwrap());
+            let (tx, rx) = std::sync::mpsc::channel::<Option<(u32, bool)>>();
+            let (done_tx, done_rx) = std::sync::mpsc::channel::<(u32, State)>();
+            let worker = {
+                let b = breaker.clone();
+                std::thread::spawn(move || {
+                    while let Ok(Some((n, fail))) = rx.recv() {
+                        let mut opened_at = 0;
+                        for i in 0..n {
+                            b.try_acquire()
+                                .unwrap()
+                                .record(if fail { FAIL } else { None });
+                            if b.state() == State::Open {
+                                opened_at = i + 1;
+                                break;
+                            }
+                        }
+                        done_tx.send((opened_at, b.state())).unwrap();
+                    }
+                })
+            };
+            // The worker records one success (leaving the rest of its block
+            // unused), then other threads record one success each.
+            tx.send(Some((1, false))).unwrap();
+            done_rx.recv().unwrap();
+            for _ in 0..3 {
+                let b = breaker.clone();
+                std::thread::spawn(move || b.try_acquire().unwrap().record(None))
+                    .join()
+                    .unwrap();
+            }
+            breaker.reset();
+            tx.send(Some((size + 40, true))).unwrap();
+            let (opened_at, state) = done_rx.recv().unwrap();
+            tx.send(None).unwrap();
+            worker.join().unwrap();
+            assert_eq!(state, State::Open, "size {size}");
+            if opened_at != size {
+                late.push((size, opened_at));
+            }
+        }
+        assert!(
+            late.is_empty(),
+            "(window = minimum, failures recorded since the reset when it opened): {late:?}"
+        );
+    }
+
+    /// Many resets (past 2^21 generations and with the sweep word's epoch
+    /// turning), then the breaker still opens exactly at its minimum.
+    #[test]
+    fn many_resets_leave_a_breaker_that_opens_at_its_minimum() {
+        let breaker = Breaker::new("r16-many-resets", count_window(3, 3)).unwrap();
+        let n: u32 = if cfg!(debug_assertions) {
+            300_000
+        } else {
+            3_000_000
+        };
+        for i in 0..n {
+            if i % 1000 == 0 {
+                breaker.try_acquire().unwrap().record(FAIL);
+            }
+            breaker.reset();
+        }
+        for i in 0..2 {
+            breaker.try_acquire().unwrap().record(FAIL);
+            assert_eq!(breaker.state(), State::Closed, "failure {}", i + 1);
+        }
+        breaker.try_acquire().unwrap().record(FAIL);
+        assert_eq!(breaker.state(), State::Open);
+    }
+
+    /// A thread of the caller's pool, recording on command.
+    struct Worker {
+        tx: std::sync::mpsc::Sender<(u32, bool)>,
+        done: std::sync::mpsc::Receiver<u32>,
+    }
+
+    impl Worker {
+        fn spawn(breaker: Arc<Breaker>) -> Worker {
+            let (tx, rx) = std::sync::mpsc::channel::<(u32, bool)>();
+            let (done_tx, done) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                while let Ok((n, fail)) = rx.recv() {
+                    let mut recorded = 0;
+                    for _ in 0..n {
+                        let Ok(p) = breaker.try_acquire() else { break };
+                        p.record(if fail { FAIL } else { None });
+                        recorded += 1;
+                        if breaker.state() != State::Closed {
+                            break;
+                        }
+                    }
+                    done_tx.send(recorded).unwrap();
+                }
+            });
+            Worker { tx, done }
+        }
+        /// Records up to `n` outcomes, stopping once the breaker opens.
+        fn record(&self, n: u32, fail: bool) -> u32 {
+            self.tx.send((n, fail)).unwrap();
+            self.done.recv().unwrap()
+        }
+    }
+
+    /// A pool of 16 threads (one per shard) that has served calls before a
+    /// reset; after it, all of them record failures. The window (size =
+    /// minimum) is all failures from the reset on and must open once
+    /// `minimum` failures have been recorded since the reset.
+    #[test]
+    fn a_pool_that_served_calls_before_a_reset_opens_at_the_minimum_after_it() {
+        let mut report = Vec::new();
+        for size in [40u32, 128, 1000] {
+            let breaker = Arc::new(Breaker::new("r16-pool", count_window(size, size)).unwrap());
+            let pool: Vec<_> = (0..16).map(|_| Worker::spawn(breaker.clone())).collect();
+            // Each worker serves one successful call before the reset.
+            for w in &pool {
+                assert_eq!(w.record(1, false), 1);
+            }
+            breaker.reset();
+            // After the reset: every worker records a few failures, in turn,
+            // then the first keeps going until the breaker opens.
+            let mut since_reset = 0;
+            for w in &pool {
+                since_reset += w.record(7, true);
+            }
+            if breaker.state() == State::Closed {
+                since_reset += pool[0].record(10 * size, true);
+            }
+            assert_eq!(breaker.state(), State::Open);
+            if since_reset != size {
+                report.push((size, since_reset, breaker.snapshot()));
+            }
+        }
+        assert!(
+            report.is_empty(),
+            "(window = minimum, failures recorded since the reset when it opened, snapshot): \
+             {report:#?}"
+        );
+    }
+}

@@ -303,7 +303,8 @@ fn count_window_reset_racing_a_record_keeps_totals_exact() {
         window.record(true, false, 0);
         let w = window.clone();
         let recorder = thread::spawn(move || w.record(true, true, 0));
-        window.reset();
+        window.begin_emptying();
+        window.finish_emptying();
         recorder.join().unwrap();
         assert_totals_match_slots(&window);
     });

@@ -519,7 +519,11 @@ impl Since {
 
     /// An emptying begins: nothing recorded counts until it ends.
     fn sweep_begins(self) -> Since {
-        let sweepers = (self.0 & Self::SWEEPERS).saturating_add(Self::SWEEPER) & Self::SWEEPERS;
+        // Saturates: past 127 sweeps at once, it stays marked until the
+        // ends bring it down (an end at the top does not undercount).
+        let sweepers = (self.0 & Self::SWEEPERS)
+            .saturating_add(Self::SWEEPER)
+            .min(Self::SWEEPERS);
         let epoch = (self.0 & !(Self::EPOCH - 1)).wrapping_add(Self::EPOCH);
         Since(epoch | sweepers | u64::from(self.start()))
     }
@@ -725,7 +729,7 @@ impl Window {
     /// window's size, the window counts as full (until it is emptied), and
     /// its rates are taken over the outcomes it holds.
     pub(crate) fn recorded_enough(&self, calls: u64, minimum: u64) -> bool {
-        calls >= minimum || self.recorded_since_emptied(minimum)
+        !self.sweeping() && (calls >= minimum || self.recorded_since_emptied(minimum))
     }
 
     /// [`recorded_enough`](Self::recorded_enough) of a window holding
@@ -745,6 +749,12 @@ impl Window {
         else {
             return false;
         };
+        // Positions handed out one at a time leave no holes: the window
+        // holds every outcome recorded since (and a position taken, not yet
+        // written, must not count as one).
+        if *block == 1 {
+            return false;
+        }
         let word = since.load(Ordering::Acquire);
         let from = Since(word);
         if from.filled() {
@@ -782,23 +792,39 @@ impl Window {
         recorded >= minimum
     }
 
-    /// Empties every slot, taking each one's counts out of the totals.
-    pub(crate) fn reset(&self) {
+    /// Marks the window as being emptied: until
+    /// [`finish_emptying`](Self::finish_emptying) has swept it, no record
+    /// is judged on it ([`recorded_enough`](Self::recorded_enough) says
+    /// no), so that a call of the state published meanwhile is never
+    /// judged on the old window's remains.
+    pub(crate) fn begin_emptying(&self) {
+        if let Slots::Count { since, .. } = &self.slots {
+            let _ = since.fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                Some(Since(w).sweep_begins().0)
+            });
+        }
+    }
+
+    /// Sweeps every slot out, and counts the window's outcomes from the
+    /// positions handed out from now on: the shards' blocks taken before
+    /// are dropped (their unused positions would be neither counted nor
+    /// handed out again), and outcomes recorded during the sweep that
+    /// stayed are not counted (which can only delay an opening).
+    pub(crate) fn finish_emptying(&self) {
         match &self.slots {
             Slots::Count {
-                slots, next, since, ..
+                slots,
+                next,
+                since,
+                cursors,
+                ..
             } => {
-                // While the slots are swept, nothing recorded counts towards
-                // the minimum (it may be swept out); after, the count starts
-                // from the positions handed out then: outcomes recorded
-                // during the sweep that stayed are not counted (which can
-                // only delay an opening, never bring it on).
-                let _ = since.fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
-                    Some(Since(w).sweep_begins().0)
-                });
                 for slot in slots.iter() {
                     let (c, f, s) = slot_counts(slot.swap(0, Ordering::AcqRel));
                     self.totals.sub(c, f, s);
+                }
+                for cursor in cursors.iter() {
+                    cursor.0.store(0, Ordering::Relaxed);
                 }
                 let _ = since.fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
                     Some(Since(w).sweep_ends(next.load(Ordering::Acquire)).0)
@@ -810,6 +836,14 @@ impl Window {
                     self.totals.sub(c, f, s);
                 }
             }
+        }
+    }
+
+    /// Being emptied ([`begin_emptying`](Self::begin_emptying)).
+    fn sweeping(&self) -> bool {
+        match &self.slots {
+            Slots::Count { since, .. } => Since(since.load(Ordering::Acquire)).sweeping(),
+            Slots::Time { .. } => false,
         }
     }
 
@@ -1183,17 +1217,24 @@ impl Core {
             } else {
                 (Word::half_open(generation, w.taken(), recorded), None)
             };
-            // Closing: the window is emptied before the closed state is
-            // published, so that no call of the new state records into, or
-            // is judged on, the old window while it is swept. (Half-open,
-            // nobody records into it.)
-            if next.phase() == Phase::Closed {
-                self.window.reset();
+            // Closing: the window is marked as being emptied before the
+            // closed state is published, and swept after, so that no call
+            // of the new state is judged on the old window's remains, and
+            // calls of the old one are refused by the new state's
+            // generation rather than swept into it.
+            let closing = next.phase() == Phase::Closed;
+            if closing {
+                self.window.begin_emptying();
             }
-            match self
-                .state
-                .compare_exchange(w.0, next.0, Ordering::AcqRel, Ordering::Acquire)
-            {
+            let swapped =
+                self.state
+                    .compare_exchange(w.0, next.0, Ordering::AcqRel, Ordering::Acquire);
+            if closing {
+                // Also when another change came first: the mark is lifted,
+                // and the window, unused while half-open, is empty.
+                self.window.finish_emptying();
+            }
+            match swapped {
                 Ok(_) => {
                     if next.phase() == Phase::Open {
                         self.publish_until(next, until);
@@ -1295,16 +1336,19 @@ impl Core {
                 Phase::HalfOpen => Word::half_open(generation, 0, 0),
                 other => Word::new(other, generation, 0),
             };
-            // Emptied before the new state is published (see
-            // `record_half_open`): a call of the new state never sees the
-            // old window half swept.
-            if !matches!(to, Phase::Open | Phase::HalfOpen) {
-                self.window.reset();
+            // Marked as being emptied before the new state is published,
+            // swept after (see `record_half_open`).
+            let empties = !matches!(to, Phase::Open | Phase::HalfOpen);
+            if empties {
+                self.window.begin_emptying();
             }
-            match self
-                .state
-                .compare_exchange(w.0, next.0, Ordering::AcqRel, Ordering::Acquire)
-            {
+            let swapped =
+                self.state
+                    .compare_exchange(w.0, next.0, Ordering::AcqRel, Ordering::Acquire);
+            if empties {
+                self.window.finish_emptying();
+            }
+            match swapped {
                 Ok(_) => {
                     match to {
                         Phase::HalfOpen => self.add_half_open_counts(generation, false, false),
@@ -1327,6 +1371,9 @@ impl Core {
         let (calls, failed, slow, rated) = if w.phase() == Phase::HalfOpen {
             let (failed, slow) = self.half_open_counts(w.generation());
             let calls = w.recorded();
+            // A probe's failure is counted before the probe is marked
+            // recorded: read apart, the counts may be one ahead.
+            let (failed, slow) = (failed.min(calls), slow.min(calls));
             let minimum = self.settings.permitted_in_half_open;
             (calls, failed, slow, calls >= u64::from(minimum))
         } else {
