@@ -283,6 +283,21 @@ async fn a_library_timeout_after_sending_may_have_taken_effect() {
     assert!(!refused.may_have_taken_effect(), "{refused:?}");
 }
 
+/// A service that answers every POST to `/x` with 500, and how many it got.
+async fn serve_crashing() -> (SocketAddr, Arc<AtomicU32>) {
+    let hits = Arc::new(AtomicU32::new(0));
+    let router = Router::new()
+        .route(
+            "/x",
+            post(|State(hits): State<Arc<AtomicU32>>| async move {
+                hits.fetch_add(1, Ordering::SeqCst);
+                StatusCode::INTERNAL_SERVER_ERROR
+            }),
+        )
+        .with_state(hits.clone());
+    (serve(router).await, hits)
+}
+
 #[resilient(breaker = "crashing", retries = 3, idempotent, base_ms = 1)]
 async fn call_crashing(client: &reqwest::Client, addr: SocketAddr) -> Result<String, Error> {
     post_text(client, addr, "/x").await
@@ -295,17 +310,7 @@ async fn call_crashing(client: &reqwest::Client, addr: SocketAddr) -> Result<Str
 /// crashing service (review 13).
 #[tokio::test]
 async fn a_breaker_opens_on_a_dependency_that_answers_500_to_everything() {
-    let hits = Arc::new(AtomicU32::new(0));
-    let router = Router::new()
-        .route(
-            "/x",
-            post(|State(hits): State<Arc<AtomicU32>>| async move {
-                hits.fetch_add(1, Ordering::SeqCst);
-                StatusCode::INTERNAL_SERVER_ERROR
-            }),
-        )
-        .with_state(hits.clone());
-    let addr = serve(router).await;
+    let (addr, hits) = serve_crashing().await;
     let registry = resilient::Registry::builder()
         .breaker(
             "crashing",
@@ -359,17 +364,7 @@ async fn call_retrying_500(client: &reqwest::Client, addr: SocketAddr) -> Result
 /// keyed request that had charged.
 #[tokio::test]
 async fn a_classify_function_keeps_what_the_error_says_of_its_effect() {
-    let hits = Arc::new(AtomicU32::new(0));
-    let router = Router::new()
-        .route(
-            "/x",
-            post(|State(hits): State<Arc<AtomicU32>>| async move {
-                hits.fetch_add(1, Ordering::SeqCst);
-                StatusCode::INTERNAL_SERVER_ERROR
-            }),
-        )
-        .with_state(hits.clone());
-    let addr = serve(router).await;
+    let (addr, hits) = serve_crashing().await;
     let (result, report) =
         resilient::observe(call_retrying_500(&reqwest::Client::new(), addr)).await;
     let e = result.unwrap_err();
