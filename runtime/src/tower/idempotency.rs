@@ -422,16 +422,20 @@ impl Drop for RunGuard {
 }
 
 /// The answer of a request whose handler started and did not answer: it
-/// panicked, or its task was cancelled (the runtime shut down). Marked
-/// `May-Have-Taken-Effect`, since the handler may have acted before it
-/// stopped, and `Do-Not-Retry`, since a retry under the key gets this
-/// answer again (and a caller's breaker counts it, as a failure of this
-/// service).
+/// panicked, or its task was cancelled (the runtime shut down).
 fn interrupted() -> Stored {
-    let mut stored = problem_stored(
-        StatusCode::INTERNAL_SERVER_ERROR,
+    acted_without_answer(
         "the handler stopped before answering; it may have carried out part of the request, so it is not run again for this Idempotency-Key",
-    );
+    )
+}
+
+/// A 500 kept for a handler that acted (or may have) without an answer
+/// the store can keep. Marked `May-Have-Taken-Effect`, since the handler
+/// may have acted, and `Do-Not-Retry`, since a retry under the key gets
+/// this answer again (and a caller's breaker counts it, as a failure of
+/// this service).
+fn acted_without_answer(detail: &str) -> Stored {
+    let mut stored = problem_stored(StatusCode::INTERNAL_SERVER_ERROR, detail);
     crate::http::set_may_have_taken_effect(&mut stored.headers);
     crate::http::set_do_not_retry(&mut stored.headers);
     stored
@@ -560,13 +564,9 @@ where
         // The handler ran, and its answer is more than the store keeps:
         // keep that it ran, so that a repeat does not run it a second time.
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            let mut ran = problem_stored(
-                StatusCode::INTERNAL_SERVER_ERROR,
+            let ran = Arc::new(acted_without_answer(
                 "the request was carried out, but its answer is larger than the idempotency layer keeps",
-            );
-            crate::http::set_may_have_taken_effect(&mut ran.headers);
-            crate::http::set_do_not_retry(&mut ran.headers);
-            let ran = Arc::new(ran);
+            ));
             guard.complete(Some(ran.clone()), true);
             return Ok(answer(&ran));
         }
