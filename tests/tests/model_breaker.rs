@@ -83,6 +83,13 @@ const FAILURE: Sample = Sample::Call {
     hold_until_ns: None,
 };
 
+/// One call through a closed breaker with this outcome: the transition
+/// its record made, if any.
+fn call(core: &Core, sample: Sample) -> Option<Transition> {
+    let (admission, _) = admitted(core.try_acquire(0)).expect("admitted while closed");
+    core.record(admission, sample, 0)[0]
+}
+
 fn assert_totals_match_slots(w: &Window) {
     assert_eq!(
         w.totals(),
@@ -576,15 +583,7 @@ fn a_count_window_with_positions_a_shard_left_unused_opens_at_its_minimum() {
     builder.max_branches = 100_000;
     builder.check(|| {
         let core = Core::new(settings(WindowKind::Count(100), 100, 1), Phase::Closed);
-        let fail = |core: &Core| {
-            let (admission, _) = admitted(core.try_acquire(0)).expect("admitted while closed");
-            let failure = Sample::Call {
-                failed: true,
-                slow: false,
-                hold_until_ns: None,
-            };
-            core.record(admission, failure, 0)[0].is_some()
-        };
+        let fail = |core: &Core| call(core, FAILURE).is_some();
         // Shard 0 fills slots 0 to 95 with failures (16 blocks of 6).
         for _ in 0..96 {
             assert!(!fail(&core));
@@ -625,21 +624,15 @@ fn a_failure_racing_a_reset_opens_only_over_the_minimum() {
             settings(WindowKind::Count(4), 4, 1),
             Phase::Closed,
         ));
-        let failure = Sample::Call {
-            failed: true,
-            slow: false,
-            hold_until_ns: None,
-        };
         for _ in 0..3 {
-            let (admission, _) = admitted(core.try_acquire(0)).unwrap();
-            assert!(core.record(admission, failure, 0)[0].is_none());
+            assert!(call(&core, FAILURE).is_none());
         }
         let c = core.clone();
         let resetter = thread::spawn(move || {
             c.transition_to(Phase::Closed, 0);
         });
         let opened = admitted(core.try_acquire(0))
-            .and_then(|(admission, _)| core.record(admission, failure, 0)[0]);
+            .and_then(|(admission, _)| core.record(admission, FAILURE, 0)[0]);
         if let Some(Transition {
             cause: Cause::Rates { calls, .. },
             ..
@@ -674,20 +667,9 @@ fn a_snapshot_racing_a_reset_leaves_the_emptied_window_empty() {
             settings(WindowKind::Count(4), 4, 1),
             Phase::Closed,
         ));
-        let failure = Sample::Call {
-            failed: true,
-            slow: false,
-            hold_until_ns: None,
-        };
         // A full window of successes: a look at it marks it full.
-        let success = Sample::Call {
-            failed: false,
-            slow: false,
-            hold_until_ns: None,
-        };
         for _ in 0..4 {
-            let (admission, _) = admitted(core.try_acquire(0)).unwrap();
-            assert!(core.record(admission, success, 0)[0].is_none());
+            assert!(call(&core, SUCCESS).is_none());
         }
         let c = core.clone();
         let resetter = thread::spawn(move || {
@@ -695,9 +677,8 @@ fn a_snapshot_racing_a_reset_leaves_the_emptied_window_empty() {
         });
         let _ = core.metrics(0);
         resetter.join().unwrap();
-        let (admission, _) = admitted(core.try_acquire(0)).unwrap();
         assert!(
-            core.record(admission, failure, 0)[0].is_none(),
+            call(&core, FAILURE).is_none(),
             "one failure in an emptied window of a minimum of 4 opened it"
         );
     });
