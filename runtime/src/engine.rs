@@ -762,22 +762,47 @@ impl<C> Call<C> {
         error: &E,
         describe: Describe<E>,
     ) {
-        // Whether this layer gives up here (as its retry loop logs a
-        // give-up), and why.
-        let (gives_up, why) = match cause {
-            Cause::Deadline if self.own_deadline => (true, "the call's deadline passed"),
-            Cause::Deadline => (false, "the enclosing attempt's deadline passed"),
-            Cause::Refused(_) => (false, "refused"),
-            // A give-up (`settle`).
-            Cause::Error(Classification::DoNotRetry { .. }) => {
-                (true, "the dependency failed and is not to be retried")
+        match cause {
+            Cause::Deadline if self.own_deadline => telemetry::gave_up(
+                self.policy,
+                span,
+                number,
+                cause,
+                error,
+                describe,
+                "the call's deadline passed",
+            ),
+            Cause::Deadline => telemetry::failed(
+                self.policy,
+                span,
+                number,
+                cause,
+                error,
+                describe,
+                "the enclosing attempt's deadline passed",
+            ),
+            Cause::Refused(_) => {
+                telemetry::failed(self.policy, span, number, cause, error, describe, "refused")
             }
-            _ => (false, "not retryable"),
-        };
-        if gives_up {
-            telemetry::gave_up(self.policy, span, number, cause, error, describe, why);
-        } else {
-            telemetry::failed(self.policy, span, number, cause, error, describe, why);
+            // A give-up (`settle`), logged as the retry loop logs its own.
+            Cause::Error(Classification::DoNotRetry { .. }) => telemetry::gave_up(
+                self.policy,
+                span,
+                number,
+                cause,
+                error,
+                describe,
+                "the dependency failed and is not to be retried",
+            ),
+            _ => telemetry::failed(
+                self.policy,
+                span,
+                number,
+                cause,
+                error,
+                describe,
+                "not retryable",
+            ),
         }
     }
 }
