@@ -340,10 +340,14 @@ impl Totals {
     }
 }
 
-// Count window slot: 0 = empty, else bit 0 | failed << 1 | slow << 2.
+// Count window slot: 0 = empty, else bit 0 | failed << 1 | slow << 2, with
+// the generation of the state it was recorded under above
+// (`SLOT_GENERATION_SHIFT`), so that a recorder that finds the state changed
+// after its write can take back exactly its own outcome (see `Window::record`).
 fn slot_value(failed: bool, slow: bool) -> u32 {
     1 | (u32::from(failed) << 1) | (u32::from(slow) << 2)
 }
+const SLOT_GENERATION_SHIFT: u32 = 3;
 fn slot_counts(v: u32) -> (u64, u64, u64) {
     ((v & 1) as u64, ((v >> 1) & 1) as u64, ((v >> 2) & 1) as u64)
 }
@@ -579,7 +583,28 @@ impl Window {
     /// that filled the window may have read the totals while a racing
     /// writer left them inconsistent, or before enough outcomes were in
     /// (see [`Window::recorded_enough`]).
-    pub(crate) fn record(&self, failed: bool, slow: bool, mut now: impl Now) -> bool {
+    #[allow(dead_code)] // the loom models' entry (tests/tests/model_breaker.rs)
+    pub(crate) fn record(&self, failed: bool, slow: bool, now: impl Now) -> bool {
+        self.record_under(failed, slow, 0, now, || true)
+    }
+
+    /// [`record`](Self::record) by a call admitted under the state of
+    /// `generation`, which `current` tells is still the breaker's. A state
+    /// change empties the window after it is published, and a recorder
+    /// that read the state before the change may write after the sweep
+    /// went past its slot: when `current` says the state changed after a
+    /// write, the recorder takes its outcome back out (a count window's
+    /// slot carries the generation, so it takes back its own and no
+    /// other). A time window does the same by its own epoch, which an
+    /// emptying moves on.
+    pub(crate) fn record_under(
+        &self,
+        failed: bool,
+        slow: bool,
+        generation: u32,
+        mut now: impl Now,
+        current: impl FnOnce() -> bool,
+    ) -> bool {
         match &self.slots {
             Slots::Count {
                 slots,
@@ -592,18 +617,22 @@ impl Window {
                 // `SHARDS` is a power of two: the mask is the remainder.
                 let cursor = &cursors[crate::sync::shard() & (SHARDS - 1)];
                 let i = modulo.of(cursor.take(next, *block));
-                let new = slot_value(failed, slow);
+                let value = slot_value(failed, slow);
+                let new = value | (generation << SLOT_GENERATION_SHIFT);
                 let slot = &slots[i as usize];
                 // A success replacing a success changes nothing: no write,
                 // so callers sharing the breaker do not bounce the slot's
                 // cache line between their cores.
-                // A failure or slow call asks in any case (`new` is a
-                // success's value, 1, for neither).
-                let bad = new != slot_value(false, false);
+                // A failure or slow call asks in any case (`value` is a
+                // success's, 1, for neither).
+                let bad = value != slot_value(false, false);
                 if slot.load(Ordering::Acquire) == new {
                     return bad;
                 }
-                let old = slot.swap(new, Ordering::AcqRel);
+                // Sequentially consistent with the state's changes and the
+                // sweep after them: either `current` below sees the change,
+                // or the sweep sees this write.
+                let old = slot.swap(new, Ordering::SeqCst);
                 if old == new {
                     return bad;
                 }
@@ -614,6 +643,21 @@ impl Window {
                     nf.wrapping_sub(of),
                     ns.wrapping_sub(os),
                 );
+                if !current() {
+                    // Put back what was there, unless the sweep took this
+                    // outcome already.
+                    if slot
+                        .compare_exchange(new, old, Ordering::SeqCst, Ordering::Relaxed)
+                        .is_ok()
+                    {
+                        self.totals.add(
+                            oc.wrapping_sub(nc),
+                            of.wrapping_sub(nf),
+                            os.wrapping_sub(ns),
+                        );
+                    }
+                    return false;
+                }
                 bad || nc > oc
             }
             Slots::Time { buckets, present } => {
@@ -643,21 +687,58 @@ impl Window {
                     } else {
                         // Another second of this bucket. It cannot be a later
                         // one (that would have moved the present past this
-                        // second's window, checked above), nor this second of
-                        // another epoch (an epoch starts a whole window later):
-                        // it is stale, and replaced here if no sweep got to it.
+                        // second's window, checked above); this second of an
+                        // earlier epoch is a record that an emptying's sweep
+                        // missed and its recorder has not taken back yet: it
+                        // is stale, and replaced here if no sweep got to it.
                         (mine | delta, bucket_counts(w))
                     };
-                    match bucket.compare_exchange(w, new, Ordering::AcqRel, Ordering::Acquire) {
+                    // Sequentially consistent with the moves of the present
+                    // and the sweeps after them (see below).
+                    match bucket.compare_exchange(w, new, Ordering::SeqCst, Ordering::Acquire) {
                         Ok(_) => {
                             let (c, f, s) = bucket_counts(delta);
                             self.totals.add(c, f, s);
                             self.totals.sub(expired.0, expired.1, expired.2);
+                            // A new epoch since this call read the present
+                            // (a jump of a whole window, or an emptying, whose
+                            // sweep may have gone past the bucket before this
+                            // write), a present that has left this second
+                            // behind (its sweep likewise), or a new state (its emptying sweeps
+                            // only the epochs before its own, and this call
+                            // may have read the new one): this outcome is
+                            // not the window's, and is taken back. Else the
+                            // state changes after this check, and its
+                            // emptying sweeps this write out.
+                            let (now_epoch, now_last) =
+                                present_parts(present.load(Ordering::SeqCst));
+                            if now_epoch != epoch || second + len <= now_last || !current() {
+                                self.take_back(bucket, mine, delta);
+                                return false;
+                            }
                             return true;
                         }
                         Err(actual) => w = actual,
                     }
                 }
+            }
+        }
+    }
+
+    /// Takes one outcome (`delta`) recorded into `bucket` under `mine`
+    /// back out, unless a sweep has taken the bucket's second already (no
+    /// other epoch's outcome carries `mine`).
+    #[cold]
+    fn take_back(&self, bucket: &AtomicU64, mine: u64, delta: u64) {
+        let mut w = bucket.load(Ordering::Acquire);
+        while bucket_stamp(w) == mine && bucket_counts(w).0 > 0 {
+            match bucket.compare_exchange(w, w - delta, Ordering::SeqCst, Ordering::Acquire) {
+                Ok(_) => {
+                    let (c, f, s) = bucket_counts(delta);
+                    self.totals.sub(c, f, s);
+                    return;
+                }
+                Err(actual) => w = actual,
             }
         }
     }
@@ -684,7 +765,10 @@ impl Window {
                 epoch
             };
             let next = present_word(epoch, second);
-            match present.compare_exchange(p, next, Ordering::AcqRel, Ordering::Acquire) {
+            // Sequentially consistent, as the sweep below: a recorder that
+            // read the epoch before a jump sees it after its write (see
+            // `record_under`).
+            match present.compare_exchange(p, next, Ordering::SeqCst, Ordering::Acquire) {
                 Ok(_) => break next,
                 Err(actual) => p = actual,
             }
@@ -707,7 +791,7 @@ impl Window {
                 if !stale {
                     break;
                 }
-                match bucket.compare_exchange(w, 0, Ordering::AcqRel, Ordering::Acquire) {
+                match bucket.compare_exchange(w, 0, Ordering::SeqCst, Ordering::Acquire) {
                     Ok(_) => {
                         self.totals.sub(c, f, s);
                         break;
@@ -820,7 +904,7 @@ impl Window {
                 ..
             } => {
                 for slot in slots.iter() {
-                    let (c, f, s) = slot_counts(slot.swap(0, Ordering::AcqRel));
+                    let (c, f, s) = slot_counts(slot.swap(0, Ordering::SeqCst));
                     self.totals.sub(c, f, s);
                 }
                 for cursor in cursors.iter() {
@@ -830,10 +914,39 @@ impl Window {
                     Some(Since(w).sweep_ends(next.load(Ordering::Acquire)).0)
                 });
             }
-            Slots::Time { buckets, .. } => {
+            Slots::Time { buckets, present } => {
+                // A new epoch first (after the new state is published), then
+                // a sweep of the buckets of earlier epochs. A recorder of the
+                // old state that writes after the sweep went past its bucket
+                // sees the new epoch or the new state, and takes its outcome
+                // back (see `record_under`); one that read the new epoch
+                // already wrote where the sweep does not go, and sees the new
+                // state. Outcomes of the new state stamped with the old epoch
+                // are swept out, which can only delay an opening.
+                let bumped = present.fetch_update(Ordering::SeqCst, Ordering::Acquire, |p| {
+                    let (epoch, second) = present_parts(p);
+                    Some(present_word(
+                        epoch.wrapping_add(1) & (u64::MAX >> PRESENT_SECOND_BITS),
+                        second,
+                    ))
+                });
+                let (epoch, _) = present_parts(bumped.unwrap_or_else(|p| p));
+                let fresh = (epoch.wrapping_add(1) & EPOCH_TAG_MASK) << SECOND_BITS;
                 for bucket in buckets.iter() {
-                    let (c, f, s) = bucket_counts(bucket.swap(0, Ordering::AcqRel));
-                    self.totals.sub(c, f, s);
+                    // Read by a write (of nothing): a recorder whose write
+                    // comes after it in the bucket's order then sees the
+                    // new epoch and state.
+                    let mut w = bucket.fetch_or(0, Ordering::SeqCst);
+                    while bucket_counts(w).0 > 0 && bucket_stamp(w) & !SECOND_MASK != fresh {
+                        match bucket.compare_exchange(w, 0, Ordering::SeqCst, Ordering::Acquire) {
+                            Ok(_) => {
+                                let (c, f, s) = bucket_counts(w);
+                                self.totals.sub(c, f, s);
+                                break;
+                            }
+                            Err(actual) => w = actual,
+                        }
+                    }
                 }
             }
         }
@@ -1130,7 +1243,11 @@ impl Core {
         if !w.phase().records() || w.generation() != admission.generation {
             return None; // admitted under an earlier state: not evidence about this one
         }
-        let may_rise = self.window.record(failed, slow, &mut *now);
+        let may_rise = self
+            .window
+            .record_under(failed, slow, w.generation(), &mut *now, || {
+                Word(self.state.load(Ordering::SeqCst)).generation() == admission.generation
+            });
         if !may_rise || w.phase() != Phase::Closed {
             return None;
         }
@@ -1226,9 +1343,11 @@ impl Core {
             if closing {
                 self.window.begin_emptying();
             }
+            // Sequentially consistent with the window's writes: see
+            // `Window::record_under`.
             let swapped =
                 self.state
-                    .compare_exchange(w.0, next.0, Ordering::AcqRel, Ordering::Acquire);
+                    .compare_exchange(w.0, next.0, Ordering::SeqCst, Ordering::Acquire);
             if closing {
                 // Also when another change came first: the mark is lifted,
                 // and the window, unused while half-open, is empty.
@@ -1342,9 +1461,11 @@ impl Core {
             if empties {
                 self.window.begin_emptying();
             }
+            // Sequentially consistent with the window's writes: see
+            // `Window::record_under`.
             let swapped =
                 self.state
-                    .compare_exchange(w.0, next.0, Ordering::AcqRel, Ordering::Acquire);
+                    .compare_exchange(w.0, next.0, Ordering::SeqCst, Ordering::Acquire);
             if empties {
                 self.window.finish_emptying();
             }
