@@ -956,8 +956,8 @@ mod windows_under_concurrency {
     use std::time::{Duration, Instant};
 
     use resilient::{
-        Breaker, BreakerConfig, BreakerEvent, Classification, SlidingWindow, State,
-        TransitionReason,
+        Breaker, BreakerConfig, BreakerEvent, BreakerSnapshot, Classification, SlidingWindow,
+        State, TransitionReason,
     };
 
     const FAIL: Option<Classification> = Some(Classification::Transient);
@@ -1390,6 +1390,191 @@ mod windows_under_concurrency {
             report.is_empty(),
             "(window = minimum, failures recorded since the reset when it opened, snapshot): \
              {report:#?}"
+        );
+    }
+
+    // ---------------------------------------------------------------------------
+    // 4. After a change of state (review 18)
+    // ---------------------------------------------------------------------------
+
+    fn paused_runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap()
+    }
+
+    /// A day-long time window with a minimum of 10 holds 10 failures near
+    /// the end of its sweep (second 86 000). `empty` empties it (a reset, a
+    /// change from metrics-only, probes closing it) while another thread
+    /// waits for the breaker to read closed and records one failure: one
+    /// outcome must never open it. A time window marked nothing as being
+    /// swept, and the new state's first failure was judged with the old
+    /// ten the sweep had not reached yet: 18 to 20 rounds of 20 opened.
+    /// Returns the rounds that opened after the emptying.
+    fn one_failure_after_emptying_a_time_window(
+        before: State,
+        empty: fn(&Breaker),
+    ) -> Vec<(BreakerSnapshot, Vec<(u32, String)>)> {
+        let mut opened = Vec::new();
+        for _ in 0..20 {
+            let rt = paused_runtime();
+            let _in_rt = rt.enter();
+            let config = BreakerConfig::default()
+                .sliding_window(SlidingWindow::TimeBased { seconds: 86_400 })
+                .minimum_number_of_calls(10)
+                .permitted_number_of_calls_in_half_open_state(1)
+                .wait_duration_in_open_state(Duration::from_millis(1));
+            let b = Arc::new(Breaker::new("r18-time", config).unwrap());
+            let (opens, sub) = watch(&b);
+            if before != State::Closed {
+                b.transition_to(before);
+            }
+            rt.block_on(tokio::time::advance(Duration::from_secs(86_000)));
+            for _ in 0..10 {
+                b.try_acquire().unwrap().record(FAIL);
+            }
+            rt.block_on(tokio::time::advance(Duration::from_secs(1)));
+            // A look moves the window's present to this second, as traffic would.
+            let _ = b.snapshot();
+            let go = Arc::new(AtomicBool::new(false));
+            let failer = {
+                let (b, go, rt) = (b.clone(), go.clone(), rt.handle().clone());
+                std::thread::spawn(move || {
+                    let _in_rt = rt.enter();
+                    while !go.load(Ordering::Acquire) {
+                        std::hint::spin_loop();
+                    }
+                    while b.state() != State::Closed {
+                        std::hint::spin_loop();
+                    }
+                    b.try_acquire().expect("closed").record(FAIL);
+                })
+            };
+            go.store(true, Ordering::Release);
+            empty(&b);
+            failer.join().unwrap();
+            assert!(sub.flush(Duration::from_secs(5)));
+            // The first opening, if the ten failures made one, came before.
+            let skip = usize::from(before != State::MetricsOnly);
+            let after: Vec<_> = opens.calls.lock().unwrap()[skip..].to_vec();
+            if b.state() != State::Closed || !after.is_empty() {
+                opened.push((b.snapshot(), after));
+            }
+        }
+        opened
+    }
+
+    #[test]
+    fn one_failure_after_a_reset_does_not_reopen_a_time_window() {
+        let opened = one_failure_after_emptying_a_time_window(State::Closed, |b| b.reset());
+        assert!(
+            opened.is_empty(),
+            "{} of 20 opened: {:?}",
+            opened.len(),
+            opened.first()
+        );
+    }
+
+    #[test]
+    fn one_failure_after_metrics_only_does_not_open_a_time_window() {
+        let opened = one_failure_after_emptying_a_time_window(State::MetricsOnly, |b| {
+            b.transition_to(State::Closed)
+        });
+        assert!(
+            opened.is_empty(),
+            "{} of 20 opened: {:?}",
+            opened.len(),
+            opened.first()
+        );
+    }
+
+    #[test]
+    fn one_failure_after_probes_close_a_time_window_does_not_reopen_it() {
+        let opened = one_failure_after_emptying_a_time_window(State::Closed, |b| {
+            // The wait of 1 ms is over: this acquire is the one probe.
+            let probe = b.try_acquire().expect("a probe");
+            assert_eq!(b.state(), State::HalfOpen);
+            probe.record(None);
+        });
+        assert!(
+            opened.is_empty(),
+            "{} of 20 opened: {:?}",
+            opened.len(),
+            opened.first()
+        );
+    }
+
+    /// Six threads (more than the cores) record successes while the breaker
+    /// is reset 50 times; then all stop. From that quiet point one thread
+    /// records failures: the breaker must not open before its minimum of
+    /// outcomes has been recorded since the last reset. A call admitted
+    /// before a reset that took a position after it, and then took its
+    /// outcome back, still counted that position as recorded until the next
+    /// reset: 1 to 5 rounds in about 50 opened one or two calls early.
+    #[test]
+    fn calls_of_the_old_state_leave_no_count_toward_the_minimum() {
+        const RECORDERS: usize = 6;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut early = Vec::new();
+        let mut rounds = 0;
+        for &(size, minimum) in [(64u32, 64u32), (128, 100), (32, 32)].iter().cycle() {
+            if !until(deadline) {
+                break;
+            }
+            rounds += 1;
+            let b = Arc::new(Breaker::new("r18-ghost", count_window(size, minimum)).unwrap());
+            let (opens, sub) = watch(&b);
+            let stop = Arc::new(AtomicBool::new(false));
+            let recorded = Arc::new(AtomicU64::new(0));
+            let threads: Vec<_> = (0..RECORDERS)
+                .map(|_| {
+                    let (b, stop, recorded) = (b.clone(), stop.clone(), recorded.clone());
+                    std::thread::spawn(move || {
+                        while !stop.load(Ordering::Relaxed) {
+                            if let Ok(p) = b.try_acquire() {
+                                p.record(None);
+                                recorded.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    })
+                })
+                .collect();
+            while recorded.load(Ordering::Relaxed) < 2_000 {
+                std::thread::yield_now();
+            }
+            for _ in 0..50 {
+                b.reset();
+                std::thread::yield_now();
+            }
+            stop.store(true, Ordering::Relaxed);
+            for t in threads {
+                t.join().unwrap();
+            }
+            let held = b.snapshot().buffered_calls;
+            if held >= minimum {
+                continue; // the window filled after the last reset
+            }
+            let mut failures = 0;
+            while b.state() == State::Closed && failures < 10 * size {
+                b.try_acquire().unwrap().record(FAIL);
+                failures += 1;
+            }
+            assert!(sub.flush(Duration::from_secs(5)));
+            let (calls, reason) = opens.calls.lock().unwrap().last().cloned().expect("opened");
+            // Every outcome since the reset is `held` (none overwritten:
+            // held < minimum <= size) plus the failures.
+            if held + failures < minimum {
+                early.push((size, minimum, held, failures, calls, reason));
+            }
+        }
+        assert!(
+            early.is_empty(),
+            "in {} of {rounds} rounds the breaker opened under its minimum; (size, minimum, \
+             held after the joins, failures after, calls at the opening, reason): {:#?}",
+            early.len(),
+            early.iter().take(5).collect::<Vec<_>>()
         );
     }
 }

@@ -711,3 +711,43 @@ fn an_outcome_admitted_before_a_reset_is_not_in_the_window_after_it() {
         });
     }
 }
+
+/// Two calls admitted before a reset, a failure and a success, both write
+/// a window of one slot after the reset's sweep went past it (review 18).
+/// The first took back nothing (it found the second's outcome in its
+/// slot), and the second put back what its write replaced: the first's
+/// failure, left in the new window. An outcome of the caller's own
+/// generation is never put back.
+#[test]
+fn two_calls_of_the_old_state_on_one_slot_leave_nothing_after_a_reset() {
+    model(|| {
+        let core = Arc::new(Core::new(
+            settings(WindowKind::Count(1), 1, 1),
+            Phase::Closed,
+        ));
+        let admit = || {
+            admitted(core.try_acquire(0))
+                .expect("admitted while closed")
+                .0
+        };
+        let recorders: Vec<_> = [(admit(), FAILURE), (admit(), SUCCESS)]
+            .into_iter()
+            .map(|(admission, sample)| {
+                let c = core.clone();
+                thread::spawn(move || {
+                    let _ = c.record(admission, sample, 0);
+                })
+            })
+            .collect();
+        core.transition_to(Phase::Closed, 0);
+        for r in recorders {
+            r.join().unwrap();
+        }
+        let m = core.metrics(0);
+        assert_eq!(
+            (m.calls, m.failed),
+            (0, 0),
+            "an outcome of a call admitted before the reset is in the window after it"
+        );
+    });
+}

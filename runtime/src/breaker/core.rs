@@ -415,6 +415,11 @@ enum Slots {
         /// window's size of outcomes has been recorded since (sticky until
         /// it is emptied again), and how many times it has been emptied.
         since: AtomicU64,
+        /// Positions counted as handed out since the window was emptied
+        /// whose outcomes their recorders took back (calls of an earlier
+        /// state, see [`Window::record_under`]): the count (low 32 bits)
+        /// and the emptying it belongs to ([`Since::epoch`], above).
+        withdrawn: AtomicU64,
         /// Positions are handed out `block` at a time to each shard of
         /// threads (`crate::sync::shard`), which records into them in order
         /// through its own cursor, on its own cache line: threads of
@@ -434,6 +439,9 @@ enum Slots {
         /// The latest second anyone has recorded or read at, with the
         /// window's epoch (see `present`).
         present: AtomicU64,
+        /// How many emptyings are sweeping the window now: nothing is
+        /// judged on it meanwhile.
+        sweepers: AtomicU32,
     },
 }
 
@@ -509,6 +517,11 @@ impl Since {
         self.0 as u32
     }
 
+    /// Which emptying's count this is (24 bits, wrapping).
+    fn epoch(self) -> u32 {
+        (self.0 / Self::EPOCH) as u32
+    }
+
     fn filled(self) -> bool {
         self.0 & Self::FILLED != 0
     }
@@ -540,6 +553,30 @@ impl Since {
     }
 }
 
+/// Counts `position` as withdrawn from the outcomes recorded since the
+/// window was emptied, if it is one of them: a call of an earlier state
+/// took its outcome back, and the position it was handed after the
+/// emptying holds nothing of it.
+#[cold]
+fn withdraw(since: &AtomicU64, withdrawn: &AtomicU64, next: &AtomicU32, position: u32) {
+    let from = Since(since.load(Ordering::SeqCst));
+    if from.sweeping() {
+        return; // not counted: the count restarts when the sweep ends
+    }
+    let handed = next.load(Ordering::Acquire).wrapping_sub(from.start());
+    if position.wrapping_sub(from.start()) >= handed {
+        return; // handed out before the emptying
+    }
+    let epoch = u64::from(from.epoch());
+    let _ = withdrawn.fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+        Some(if w >> 32 == epoch {
+            w + 1
+        } else {
+            (epoch << 32) | 1
+        })
+    });
+}
+
 /// A sliding window with exactly-once accounting of its totals.
 #[derive(Debug)]
 pub(crate) struct Window {
@@ -556,6 +593,7 @@ impl Window {
                     slots: (0..size).map(|_| AtomicU32::new(0)).collect(),
                     next: AtomicU32::new(0),
                     since: AtomicU64::new(0),
+                    withdrawn: AtomicU64::new(0),
                     cursors: Box::new(std::array::from_fn(|_| Cursor(AtomicU64::new(0)))),
                     // A sixteenth of the window, up to 8: the window of 100
                     // calls by default hands out 6 at a time; windows under
@@ -567,6 +605,7 @@ impl Window {
             WindowKind::Time(seconds) => Slots::Time {
                 buckets: (0..seconds.max(1)).map(|_| AtomicU64::new(0)).collect(),
                 present: AtomicU64::new(present_word(0, 0)),
+                sweepers: AtomicU32::new(0),
             },
         };
         Window {
@@ -612,11 +651,13 @@ impl Window {
                 cursors,
                 block,
                 modulo,
-                ..
+                since,
+                withdrawn,
             } => {
                 // `SHARDS` is a power of two: the mask is the remainder.
                 let cursor = &cursors[crate::sync::shard() & (SHARDS - 1)];
-                let i = modulo.of(cursor.take(next, *block));
+                let position = cursor.take(next, *block);
+                let i = modulo.of(position);
                 let value = slot_value(failed, slow);
                 let new = value | (generation << SLOT_GENERATION_SHIFT);
                 let slot = &slots[i as usize];
@@ -645,22 +686,38 @@ impl Window {
                 );
                 if !current() {
                     // Put back what was there, unless the sweep took this
-                    // outcome already.
+                    // outcome already; but not an outcome of this call's
+                    // own state, which the sweep has taken or will take
+                    // (another call of that state may have written it after
+                    // the sweep went past, and taken nothing back when it
+                    // found this one's outcome in its place). Such an
+                    // outcome of an opened breaker's evidence is lost: one
+                    // fewer in a window nothing is judged on until it is
+                    // emptied.
+                    let back = if old >> SLOT_GENERATION_SHIFT == generation {
+                        0
+                    } else {
+                        old
+                    };
                     if slot
-                        .compare_exchange(new, old, Ordering::SeqCst, Ordering::Relaxed)
+                        .compare_exchange(new, back, Ordering::SeqCst, Ordering::Relaxed)
                         .is_ok()
                     {
+                        let (bc, bf, bs) = slot_counts(back);
                         self.totals.add(
-                            oc.wrapping_sub(nc),
-                            of.wrapping_sub(nf),
-                            os.wrapping_sub(ns),
+                            bc.wrapping_sub(nc),
+                            bf.wrapping_sub(nf),
+                            bs.wrapping_sub(ns),
                         );
                     }
+                    withdraw(since, withdrawn, next, position);
                     return false;
                 }
                 bad || nc > oc
             }
-            Slots::Time { buckets, present } => {
+            Slots::Time {
+                buckets, present, ..
+            } => {
                 let second = now.ns() / NANOS_PER_SEC;
                 self.advance_to(second);
                 let len = buckets.len() as u64;
@@ -746,7 +803,10 @@ impl Window {
     /// Moves a time window's present to `second`; the one caller that moves it
     /// forward expires the buckets that left the window.
     pub(crate) fn advance_to(&self, second: u64) {
-        let Slots::Time { buckets, present } = &self.slots else {
+        let Slots::Time {
+            buckets, present, ..
+        } = &self.slots
+        else {
             return;
         };
         let len = buckets.len() as u64;
@@ -826,6 +886,7 @@ impl Window {
             slots,
             next,
             since,
+            withdrawn,
             cursors,
             block,
             ..
@@ -860,10 +921,14 @@ impl Window {
                 left => left,
             })
             .fold(0, u32::saturating_add);
+        let taken_back = match withdrawn.load(Ordering::Acquire) {
+            w if w >> 32 == u64::from(from.epoch()) => w as u32,
+            _ => 0,
+        };
         if since.load(Ordering::Acquire) != word {
             return false;
         }
-        let recorded = u64::from(handed.saturating_sub(unused));
+        let recorded = u64::from(handed.saturating_sub(unused).saturating_sub(taken_back));
         if recorded >= slots.len() as u64 {
             // Only if the window has not been emptied since `word`.
             let _ = since.compare_exchange(
@@ -882,10 +947,15 @@ impl Window {
     /// no), so that a call of the state published meanwhile is never
     /// judged on the old window's remains.
     pub(crate) fn begin_emptying(&self) {
-        if let Slots::Count { since, .. } = &self.slots {
-            let _ = since.fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
-                Some(Since(w).sweep_begins().0)
-            });
+        match &self.slots {
+            Slots::Count { since, .. } => {
+                let _ = since.fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                    Some(Since(w).sweep_begins().0)
+                });
+            }
+            Slots::Time { sweepers, .. } => {
+                sweepers.fetch_add(1, Ordering::SeqCst);
+            }
         }
     }
 
@@ -914,7 +984,11 @@ impl Window {
                     Some(Since(w).sweep_ends(next.load(Ordering::Acquire)).0)
                 });
             }
-            Slots::Time { buckets, present } => {
+            Slots::Time {
+                buckets,
+                present,
+                sweepers,
+            } => {
                 // A new epoch first (after the new state is published), then
                 // a sweep of the buckets of earlier epochs. A recorder of the
                 // old state that writes after the sweep went past its bucket
@@ -948,6 +1022,7 @@ impl Window {
                         }
                     }
                 }
+                sweepers.fetch_sub(1, Ordering::SeqCst);
             }
         }
     }
@@ -956,7 +1031,7 @@ impl Window {
     fn sweeping(&self) -> bool {
         match &self.slots {
             Slots::Count { since, .. } => Since(since.load(Ordering::Acquire)).sweeping(),
-            Slots::Time { .. } => false,
+            Slots::Time { sweepers, .. } => sweepers.load(Ordering::Acquire) != 0,
         }
     }
 
