@@ -478,14 +478,18 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
                 let krate_at_fallback = respan(&krate, fallback_span);
                 let final_error = over_ret(quote!(#krate::__private::final_error::<), quote!(>));
                 let final_error = quote_spanned!(ret_last=> #final_error(#error));
+                let in_flight = format_ident!("__resilient_in_flight", span = Span::mixed_site());
                 let call_fallback = quote_spanned! {fallback_span=>
-                    #krate_at_fallback::__private::fallback::<#ret, _>(#path(#(#call_args,)* #final_error)).await
+                    #krate_at_fallback::__private::fallback::<#ret, _>(&#in_flight, #path(#(#call_args,)* #final_error)).await
                 };
                 let held = format_ident!("__resilient_held", span = Span::mixed_site());
                 let answer = format_ident!("__resilient_answer", span = Span::mixed_site());
                 let is_failure = qualified("is_failure");
+                // Counted by a graceful shutdown from before the engine
+                // (whose count ends with it) until the fallback has answered.
                 quote_spanned! {ret_span=>
                     async {
+                        let #in_flight = #krate::__private::fallback_hold();
                         match #engine.await {
                             ::core::result::Result::Ok(#value) => #from_result(::core::result::Result::Ok(#value)),
                             ::core::result::Result::Err(#error) => {

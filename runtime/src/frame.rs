@@ -199,6 +199,12 @@ impl PathStart {
     }
 }
 
+/// Inside work a graceful shutdown counts in flight (an attempt of an
+/// annotated call, [`admitted`](crate::admitted), a call's fallback).
+pub(crate) fn in_call() -> bool {
+    current().in_call
+}
+
 /// The task's deadline, if a caller set one.
 pub(crate) fn deadline() -> Option<Instant> {
     current().deadline

@@ -426,11 +426,46 @@ pub fn final_error<R: ReturnsResult>(error: R::Error) -> R::Error {
     error
 }
 
+/// A call with a fallback, counted by a graceful shutdown from before the
+/// call until its fallback has answered: the engine's own count ends with
+/// the engine, and a drain must not find the call finished while its
+/// fallback still runs. Taken as the call is (admitted while draining only
+/// when nested in work in flight), so the fallback of a call a drain
+/// refused is not waited for.
+#[derive(Debug)]
+pub struct FallbackHold(Option<crate::shutdown::InFlight>);
+
+/// Taken by the expansion before a call with a fallback begins.
+pub fn fallback_hold() -> FallbackHold {
+    FallbackHold(
+        crate::shutdown::admit(crate::frame::in_call())
+            .ok()
+            .flatten(),
+    )
+}
+
 /// Spanned at the fallback's path by the expansion. Returns an opaque
 /// future, so a fallback that is not one is reported once, here, and not
-/// again where the result is awaited.
-pub fn fallback<R, F: FallbackFuture<R>>(fut: F) -> impl std::future::Future<Output = R> {
-    fut
+/// again where the result is awaited. The fallback runs as part of its
+/// call: in a frame of work in flight when the call was counted (`held`),
+/// so that a draining shutdown admits the calls it makes, as it admits a
+/// call's nested calls; what those calls report reaches the caller's frame
+/// as if the fallback ran in it.
+pub fn fallback<R, F: FallbackFuture<R>>(
+    held: &FallbackHold,
+    fut: F,
+) -> impl std::future::Future<Output = R> {
+    let deadline = crate::current_deadline();
+    let frame = if held.0.is_some() {
+        crate::frame::Frame::admitted(deadline)
+    } else {
+        crate::frame::Frame::transparent(deadline, false)
+    };
+    async move {
+        let (output, end) = crate::frame::InFrame::new(frame, fut).await;
+        crate::frame::forward(&end);
+        output
+    }
 }
 
 /// Checks a parameter that claims to be the idempotency key.

@@ -107,6 +107,18 @@ fn budget_refuses_out_of_range_values() {
             "max_tokens",
             "1001",
         ),
+        // More than `u32` holds: the value written, not a clamped one
+        // (review 19: the refusal said 4294967295).
+        (
+            "kind = \"token_bucket\"\nmax_tokens = 99999999999",
+            "max_tokens",
+            "99999999999",
+        ),
+        (
+            "min_retries_per_second = 99999999999",
+            "min_retries_per_second",
+            "99999999999",
+        ),
         (
             "kind = \"token_bucket\"\ntoken_ratio = 0",
             "token_ratio",

@@ -219,6 +219,98 @@ async fn a_unit_of_work_admitted_before_a_drain_runs_all_its_calls() {
     shutdown.resume();
 }
 
+/// Fails after 100 ms, for its fallback to answer.
+#[resilient(deadline_ms = 10_000, fallback = slow_fallback)]
+async fn answered_slowly_by_its_fallback() -> Result<u32, E> {
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    Err(E::Flaky)
+}
+
+static FALLBACK_DONE: AtomicU32 = AtomicU32::new(0);
+
+/// Answers after 500 ms.
+async fn slow_fallback(_: E) -> Result<u32, E> {
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    FALLBACK_DONE.fetch_add(1, Ordering::SeqCst);
+    Ok(3)
+}
+
+/// A call's fallback is part of the call: a drain that began while the
+/// call ran waits for its fallback's answer (review 19: the call left the
+/// count when its engine returned, and the drain reported every call
+/// finished with the fallback 500 ms from done).
+#[tokio::test(start_paused = true)]
+async fn a_drain_waits_for_a_call_in_its_fallback() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let shutdown = GracefulShutdown::install();
+    FALLBACK_DONE.store(0, Ordering::SeqCst);
+    let call = tokio::spawn(answered_slowly_by_its_fallback());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(shutdown.in_flight(), 2, "the call, and its fallback's hold");
+    let report = shutdown.drain(Duration::from_secs(10)).await;
+    let done_when_drained = FALLBACK_DONE.load(Ordering::SeqCst);
+    assert_eq!(call.await.unwrap().unwrap(), 3);
+    shutdown.resume();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.waited, Duration::from_millis(550));
+    assert_eq!(
+        done_when_drained, 1,
+        "the drain ({report}) ended while the call was in its fallback"
+    );
+}
+
+/// Fails after 100 ms; its fallback asks a nested annotated call.
+#[resilient(deadline_ms = 10_000, fallback = fallback_with_a_call)]
+async fn answered_by_a_call_in_its_fallback() -> Result<u32, E> {
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    Err(E::Flaky)
+}
+
+async fn fallback_with_a_call(_: E) -> Result<u32, E> {
+    nested().await
+}
+
+/// The calls a fallback makes for a call in flight are part of it: a
+/// draining shutdown admits them (review 19: they were refused with
+/// `ShuttingDown`, failing the call the drain waited for).
+#[tokio::test(start_paused = true)]
+async fn a_drain_admits_the_calls_of_a_fallback_of_a_call_in_flight() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let shutdown = GracefulShutdown::install();
+    let call = tokio::spawn(answered_by_a_call_in_its_fallback());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let report = shutdown.drain(Duration::from_secs(10)).await;
+    let answer = call.await.unwrap();
+    // A new call's fallback is not waited for, and its calls are new.
+    let refused = answered_by_a_call_in_its_fallback().await;
+    shutdown.resume();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(answer.unwrap(), 1, "the fallback's nested call was refused");
+    assert_eq!(refusal(refused), Some(ErrorKind::ShuttingDown));
+}
+
+/// Runs a unit of work inside its attempt.
+#[resilient(deadline_ms = 10_000)]
+async fn admits_work_inside() -> Result<u32, E> {
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    resilient::admitted(async { 4 }).await.map_err(E::from)
+}
+
+/// `admitted` inside work in flight is part of it (review 19: it asked
+/// as a new unit of work and was refused, failing the call around it).
+#[tokio::test(start_paused = true)]
+async fn admitted_inside_a_call_in_flight_is_part_of_it() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let shutdown = GracefulShutdown::install();
+    let call = tokio::spawn(admits_work_inside());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let report = shutdown.drain(Duration::from_secs(10)).await;
+    let answer = call.await.unwrap();
+    shutdown.resume();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(answer.unwrap(), 4);
+}
+
 static ORDERED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Plain work (no annotated call in flight), then done.

@@ -115,7 +115,9 @@ pub struct BudgetConfig {
     ratio: Option<f64>,
     window: Option<Duration>,
     min_retries_per_second: Option<u32>,
-    max_tokens: Option<u32>,
+    /// As written (a file may say more than `u32` holds): `problems` refuses
+    /// what is out of range, naming the value written.
+    max_tokens: Option<u64>,
     token_ratio: Option<f64>,
 }
 
@@ -151,7 +153,7 @@ impl BudgetConfig {
     pub fn token_bucket(max_tokens: u32, token_ratio: f64) -> Self {
         Self {
             kind: BudgetKind::TokenBucket,
-            max_tokens: Some(max_tokens),
+            max_tokens: Some(u64::from(max_tokens)),
             token_ratio: Some(token_ratio),
             ..Self::default()
         }
@@ -191,8 +193,8 @@ impl BudgetConfig {
         self.min_retries_per_second
             .unwrap_or(DEFAULT_MIN_RETRIES_PER_SECOND)
     }
-    fn max_tokens_value(&self) -> u32 {
-        self.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)
+    fn max_tokens_value(&self) -> u64 {
+        self.max_tokens.unwrap_or(u64::from(DEFAULT_MAX_TOKENS))
     }
     fn token_ratio_value(&self) -> f64 {
         self.token_ratio.unwrap_or(DEFAULT_TOKEN_RATIO)
@@ -296,7 +298,7 @@ impl BudgetConfig {
                     );
                 }
                 let max = self.max_tokens_value();
-                if max == 0 || max > MAX_MAX_TOKENS {
+                if max == 0 || max > u64::from(MAX_MAX_TOKENS) {
                     refuse(
                         "max_tokens",
                         &max,
@@ -356,9 +358,9 @@ impl setting::Settings for BudgetConfig {
                     Some(u32::try_from(v).map_err(|_| format!("must be at most {}", u32::MAX))?);
             }
             "max_tokens" => {
-                let v = setting::count(value)?;
-                // Out-of-range values are stored saturated, for `problems` to refuse.
-                self.max_tokens = Some(u32::try_from(v).unwrap_or(u32::MAX));
+                // Out-of-range values are stored as written, for `problems`
+                // to refuse.
+                self.max_tokens = Some(setting::count(value)?);
             }
             "token_ratio" => self.token_ratio = Some(setting::number(value)?),
             _ => unreachable!("keys are checked against KEYS first"),
@@ -503,7 +505,7 @@ impl RetryBudget {
                 }
             }
             BudgetKind::TokenBucket => Policy::Tokens(Tokens::new(
-                u64::from(config.max_tokens_value()) * MILLI,
+                config.max_tokens_value().saturating_mul(MILLI),
                 (config.token_ratio_value() * MILLI as f64).round() as u64,
             )),
         };

@@ -26,7 +26,9 @@
 //! Once draining, a call made outside any annotated call is refused with
 //! [`ErrorKind::ShuttingDown`](crate::ErrorKind::ShuttingDown). Calls
 //! nested inside an admitted call, and the retries of admitted calls, still
-//! run: refusing them would fail the very calls the drain waits for. A task
+//! run, as do the calls a fallback makes for a call in flight and
+//! [`admitted`] work nested in any of these: refusing them would fail the
+//! very calls the drain waits for. A task
 //! spawned from inside a call with `tokio::spawn` alone does not carry that
 //! call's context (tokio does not pass task-locals to spawned tasks), so its
 //! calls count as new; wrapped in [`propagate`](crate::propagate), it does,
@@ -131,7 +133,9 @@ fn in_flight_now() -> usize {
 /// Runs `fut` as one unit of work of a graceful shutdown: a request a
 /// server handles, a job a worker takes. Refused at once with
 /// [`ErrorKind::ShuttingDown`](crate::ErrorKind::ShuttingDown) when the
-/// process is already draining, before any of it runs; otherwise counted
+/// process is already draining, before any of it runs, unless it runs
+/// inside work already in flight (an annotated call's attempt or fallback,
+/// another `admitted`), which it is then part of; otherwise counted
 /// in flight until it ends, and every annotated call inside it (the second
 /// step of a request, the reconciliation after a failed charge) is admitted
 /// while draining, as part of work the drain waits for.
@@ -151,7 +155,7 @@ fn in_flight_now() -> usize {
 /// # }
 /// ```
 pub async fn admitted<F: std::future::Future>(fut: F) -> Result<F::Output, Error> {
-    let in_flight = admit(false)?;
+    let in_flight = admit(crate::frame::in_call())?;
     let frame = crate::frame::Frame::admitted(crate::current_deadline());
     let (output, end) = crate::frame::InFrame::new(frame, fut).await;
     crate::frame::forward(&end);
