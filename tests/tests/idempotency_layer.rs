@@ -565,6 +565,61 @@ async fn a_deadline_that_cut_the_handlers_work_is_kept() {
     assert_eq!(CUT_RUNS.load(Ordering::SeqCst), 1);
 }
 
+static ORDERS_WRITTEN: AtomicU32 = AtomicU32::new(0);
+
+#[resilient::resilient(deadline_ms = 1_000)]
+async fn next_step() -> Result<(), resilient::Error> {
+    Ok(())
+}
+
+/// Writes the order in plain code (no report shows it), slowly, then makes
+/// an annotated call.
+async fn write_order_then_call() -> Result<String, resilient::Error> {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let n = ORDERS_WRITTEN.fetch_add(1, Ordering::SeqCst) + 1;
+    next_step().await?;
+    Ok(format!("order {n}"))
+}
+
+/// `ResilienceLayer` cuts the request at its deadline and the handler runs
+/// on, as promised; on its task the passed deadline refuses its annotated
+/// call ("before it ran"), after its own write. That answer is kept: the
+/// handler ran on after its request went away, and a retry under the key
+/// would write the order a second time (review 20: it did).
+#[tokio::test]
+async fn a_handler_that_ran_on_after_its_request_went_away_is_not_run_again() {
+    use resilient::tower::ResilienceLayer;
+    let router = Router::new()
+        .route("/orders", post(write_order_then_call))
+        .layer(IdempotencyLayer::new())
+        .layer(ResilienceLayer::new());
+    let addr = listen(router).await;
+    let client = reqwest::Client::new();
+    let send = |budget: &'static str| {
+        client
+            .post(format!("http://{addr}/orders"))
+            .header("idempotency-key", "ran-on-1")
+            .header("request-budget-ms", budget)
+            .body("1")
+            .send()
+    };
+    let cut = send("100").await.unwrap();
+    assert_eq!(cut.status(), StatusCode::GATEWAY_TIMEOUT);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let retry = send("5000").await.unwrap();
+    assert_eq!(
+        ORDERS_WRITTEN.load(Ordering::SeqCst),
+        1,
+        "the order was written twice"
+    );
+    assert!(retry.headers().get("idempotent-replayed").is_some());
+    assert!(retry.status().is_server_error(), "{}", retry.status());
+    // The kept failure says the work may be done, and that a retry under
+    // the key only gets it again.
+    assert!(resilient::http::says_may_have_taken_effect(retry.headers()));
+    assert!(resilient::http::is_do_not_retry(retry.headers()));
+}
+
 static PANIC_RUNS: AtomicU32 = AtomicU32::new(0);
 
 async fn charge_then_panic() -> String {

@@ -4,6 +4,7 @@
 use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hasher, RandomState};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -54,8 +55,10 @@ const DEFAULT_MAX_RUN_WITHOUT_CLIENT: Duration = Duration::from_secs(60);
 ///   body failed mid-way (make such handlers safe to re-run, or answer 503
 ///   before doing anything). Such an answer is kept all the same when an
 ///   annotated call inside the handler succeeded or may have taken effect
-///   (as [`observe`](crate::observe) reports it): part of the work is done.
-///   It then says so (`May-Have-Taken-Effect: ?1`).
+///   (as [`observe`](crate::observe) reports it): part of the work is done;
+///   and when the handler ran on after its request went away (below): what
+///   it did before the refusal may be done. It then says so
+///   (`May-Have-Taken-Effect: ?1`).
 /// * Every failure answer kept (4xx, 5xx) is marked `Do-Not-Retry: ?1` and
 ///   loses its `Retry-After`, on the first answer and on replays: a retry
 ///   under the key would get the same answer until the key expires.
@@ -501,10 +504,12 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Runs `run` to its end, or, once `gone` says its request went away, for
 /// at most `limit` more; cut then (its claim keeps the [`interrupted`]
-/// answer) and answered so.
+/// answer) and answered so. `detached` is set when the request goes away
+/// first.
 async fn run_while_wanted<F, B, E>(
     run: F,
     mut gone: tokio::sync::oneshot::Receiver<()>,
+    detached: &AtomicBool,
     limit: Duration,
 ) -> Result<Response<ResponseBody<B>>, E>
 where
@@ -524,6 +529,7 @@ where
     if let Some(answer) = ended {
         return answer;
     }
+    detached.store(true, Ordering::Release);
     match tokio::time::timeout(limit, run.as_mut()).await {
         Ok(answer) => answer,
         Err(_) => Ok(answer(&interrupted())),
@@ -531,12 +537,13 @@ where
 }
 
 /// Runs the handler for a claimed key, reads its answer, and completes the
-/// claim with it.
+/// claim with it. `detached`: its request went away while it ran.
 async fn run_to_end<S, ReqB, ResB>(
     mut inner: S,
     request: Request<ReqB>,
     guard: RunGuard,
     max: usize,
+    detached: Arc<AtomicBool>,
 ) -> Result<Response<ResponseBody<ResB>>, S::Error>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>>,
@@ -549,9 +556,18 @@ where
     let (mut parts, body) = response?.into_parts();
     super::mark_answer(&mut parts.headers, parts.status, &report);
     // An answer that says "not processed" is not kept, unless an annotated
-    // call inside did something: then a retry could do it again.
+    // call inside did something: then a retry could do it again. Nor when
+    // the handler ran on after its request went away (an outer layer's
+    // deadline cut it, its client left): what it did before an annotated
+    // call refused it (its own writes, which no report shows) may be done,
+    // and its client never saw an answer to trust; kept, it says so.
     let acted = super::acted(&report);
-    let keep = acted || is_final(&parts);
+    let final_answer = is_final(&parts);
+    let detached = !acted && !final_answer && detached.load(Ordering::Acquire);
+    let keep = acted || final_answer || detached;
+    if detached && super::is_failure(parts.status) {
+        crate::http::set_may_have_taken_effect(&mut parts.headers);
+    }
     // A failure kept no longer invites a retry: one under the key would get
     // it again, for as long as the key is kept, not a new run (a 504 of a
     // handler `ResilienceLayer` cut, a 503 after a call acted).
@@ -696,7 +712,8 @@ where
                         // run: the guard forgets the key.
                         std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
                         guard.started = true;
-                        let run = run_to_end(inner, request, guard, max);
+                        let detached = Arc::new(AtomicBool::new(false));
+                        let run = run_to_end(inner, request, guard, max, detached.clone());
                         // On a task of its own, the handler runs to its end
                         // even if this request is dropped: its answer is
                         // kept for the repeats. Outside a tokio runtime
@@ -714,7 +731,7 @@ where
                         let (_attached, gone) = tokio::sync::oneshot::channel::<()>();
                         let limit = store.settings.max_run_without_client;
                         let run = async move {
-                            let answer = run_while_wanted(run, gone, limit).await;
+                            let answer = run_while_wanted(run, gone, &detached, limit).await;
                             drop(in_flight);
                             answer
                         };
