@@ -178,6 +178,17 @@ impl Registry {
                     unused.join(", ")
                 );
             }
+            let unused = self.unused_parts();
+            if !unused.is_empty() {
+                let listed: Vec<String> = unused
+                    .iter()
+                    .map(|(kind, name)| format!("{kind} `{name}`"))
+                    .collect();
+                tracing::warn!(
+                    "resilient: configured, but named by no annotated function (a misspelt name configures nothing; parts used only by hand are listed too): {}",
+                    listed.join(", ")
+                );
+            }
         }
         GLOBAL.set(self).map_err(|_| {
             ConfigError::one(Problem::new("registry", None, "", "", ALREADY_INSTALLED))
@@ -309,6 +320,53 @@ impl Registry {
             .filter(|&name| !sites.iter().any(|site| site.breaker == Some(name)))
             .collect();
         unused.sort_unstable();
+        unused
+    }
+
+    /// The breakers, budgets and bulkheads configured in this registry that
+    /// no annotated function in this program names, as `(kind, name)`
+    /// (`kind` is `"breaker"`, `"budget"` or `"bulkhead"`), sorted. A
+    /// misspelt name in a configuration file configures a part no call
+    /// uses, while the function it was meant for runs with the defaults
+    /// (or is refused by a strict registry, for the name it does use):
+    /// [`install`](Registry::install) logs these as a warning (with the
+    /// `tracing` feature). A part used only by hand
+    /// ([`breaker`](Registry::breaker) and the like) is listed too. Empty
+    /// where the list of annotated functions is not available (without
+    /// the `linkme` feature), as for [`check_names`](Registry::check_names).
+    ///
+    /// ```standalone_crate
+    /// use resilient::{BreakerConfig, Registry, resilient};
+    ///
+    /// #[resilient(breaker = "payments")]
+    /// async fn charge() -> Result<(), std::io::Error> { Ok(()) }
+    ///
+    /// let registry = Registry::builder()
+    ///     .breaker("paymnets", BreakerConfig::default())
+    ///     .build()
+    ///     .unwrap();
+    /// # #[cfg(feature = "linkme")]
+    /// assert_eq!(registry.unused_parts(), [("breaker", "paymnets")]);
+    /// ```
+    pub fn unused_parts(&self) -> Vec<(&'static str, &str)> {
+        let sites = sites();
+        if sites.is_empty() {
+            return Vec::new();
+        }
+        let configured = &self.inner.configured;
+        let mut unused = Vec::new();
+        let kinds: [(&'static str, &BTreeSet<String>, fn(&Site) -> Option<&'static str>); 3] = [
+            ("breaker", &configured.breakers, |s| s.breaker),
+            ("budget", &configured.budgets, |s| s.budget),
+            ("bulkhead", &configured.bulkheads, |s| s.bulkhead),
+        ];
+        for (kind, names, named) in kinds {
+            for name in names {
+                if !sites.iter().any(|site| named(site) == Some(name.as_str())) {
+                    unused.push((kind, name.as_str()));
+                }
+            }
+        }
         unused
     }
 

@@ -133,3 +133,26 @@ fn a_throttle_no_function_uses_is_listed_but_not_refused() {
     assert_eq!(typo.unused_throttles(), ["fruad"]);
     assert!(typo.check_names().is_ok());
 }
+
+/// A misspelt part in a lenient registry's file configured nothing, and
+/// nothing said so: the function it was meant for ran with the defaults
+/// (review 22). Configured parts no function names are listed (and logged
+/// by `install`), whatever the registry's strictness.
+#[test]
+fn parts_no_function_names_are_listed() {
+    let file = r#"
+[breakers.ledger]
+[breakers.fruad]
+failure_rate_threshold = 10
+[budgets.ledger-retries]
+[budgets.ledger-retires]
+[bulkheads.fraud-pool]
+"#;
+    let misspelt = Registry::builder().toml(file).unwrap().build().unwrap();
+    assert_eq!(
+        misspelt.unused_parts(),
+        [("breaker", "fruad"), ("budget", "ledger-retires")]
+    );
+    assert!(misspelt.check_names().is_err(), "`fraud` is not configured");
+    assert!(registry(true, &[]).unused_parts().is_empty());
+}
