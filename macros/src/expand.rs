@@ -126,6 +126,28 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
                 .filter(|a| a.path().is_ident("cfg"))
                 .cloned()
                 .collect();
+            // Its lint levels (`#[allow(unused_variables)]`) go with each
+            // attempt's copy, which the body uses in its place.
+            let lints: Vec<syn::Attribute> = typed
+                .attrs
+                .iter()
+                .filter(|a| {
+                    ["allow", "expect", "warn", "deny", "forbid"]
+                        .iter()
+                        .any(|lint| a.path().is_ident(lint))
+                })
+                .cloned()
+                .collect();
+            // The outer binding is used (copied from): an expectation it
+            // would leave unfulfilled is the copy's, and stays an `allow`
+            // here.
+            for attr in &mut typed.attrs {
+                if attr.path().is_ident("expect") {
+                    if let syn::Meta::List(list) = &mut attr.meta {
+                        list.path = syn::Path::from(syn::Ident::new("allow", list.path.span()));
+                    }
+                }
+            }
             // The name the outer function binds this argument to.
             let name = match &mut *typed.pat {
                 Pat::Ident(PatIdent {
@@ -145,6 +167,7 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
                     let source = at(ident, ty_span);
                     rebinds.push(quote_spanned! {ty_span=>
                         #(#cfgs)*
+                        #(#lints)*
                         let #mutability #ident = #krate_at_ty::__private::ReusableArgument::reuse(&#source);
                     });
                     ident.clone()
@@ -172,7 +195,7 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
                             #(#cfgs)*
                             let #copy = #krate_at_ty::__private::ReusableArgument::reuse(&#name);
                         });
-                        destructures.push(quote! { #(#cfgs)* let #original = #copy; });
+                        destructures.push(quote! { #(#cfgs)* #(#lints)* let #original = #copy; });
                     }
                     name
                 }

@@ -151,27 +151,48 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
     }
 
     // The idempotency rule.
-    let key_params: Vec<usize> = sig
-        .inputs
-        .iter()
-        .enumerate()
-        .filter_map(|(i, arg)| match arg {
-            FnArg::Typed(t) if names_idempotency_key(&t.ty) => Some(i),
-            _ => None,
-        })
-        .collect();
+    // A function marked `idempotent` needs no key: a parameter named like
+    // one (another library's `IdempotencyKey`) is then not checked.
+    let key_params: Vec<usize> = if args.idempotent.is_some() {
+        Vec::new()
+    } else {
+        sig.inputs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, arg)| match arg {
+                FnArg::Typed(t) if names_idempotency_key(&t.ty) => Some(i),
+                _ => None,
+            })
+            .collect()
+    };
+    // A key under `#[cfg(…)]` may be compiled out, and the retries with it
+    // would not be: only a key that is always there lets them be.
+    let conditional = |i: &usize| match &sig.inputs[*i] {
+        FnArg::Typed(t) => t.attrs.iter().any(|a| a.path().is_ident("cfg")),
+        FnArg::Receiver(_) => false,
+    };
+    let always_keyed = key_params.iter().any(|i| !conditional(i));
     let unsafe_retries = args
         .retries
         .as_ref()
-        .filter(|r| r.value > 0 && args.idempotent.is_none() && key_params.is_empty());
+        .filter(|r| r.value > 0 && args.idempotent.is_none() && !always_keyed);
     if let Some(r) = unsafe_retries {
-        errors.push_spanned(
-            &r.tokens,
-            format!(
-                "`{}` may not be retried: it is not marked `idempotent` and takes no idempotency key, so a retry could repeat its side effect (charge twice, send twice); if running it twice is harmless, add `idempotent`; otherwise take a `resilient::IdempotencyKey` parameter, created once per operation, and send it so the server can recognise a repeat",
-                sig.ident
+        match key_params.first() {
+            Some(&i) => errors.push_spanned(
+                &sig.inputs[i],
+                format!(
+                    "`{}` may not be retried with this idempotency key: it is under `#[cfg(…)]`, and where it is compiled out the function would still be retried, with no key, and a retry could repeat its side effect; take the key whatever the configuration, or add `idempotent` if running it twice is harmless",
+                    sig.ident
+                ),
             ),
-        );
+            None => errors.push_spanned(
+                &r.tokens,
+                format!(
+                    "`{}` may not be retried: it is not marked `idempotent` and takes no idempotency key, so a retry could repeat its side effect (charge twice, send twice); if running it twice is harmless, add `idempotent`; otherwise take a `resilient::IdempotencyKey` parameter, created once per operation, and send it so the server can recognise a repeat",
+                    sig.ident
+                ),
+            ),
+        }
     }
 
     // Arguments reused across attempts.
@@ -185,10 +206,15 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
                 if let Type::Reference(reference) = &*t.ty {
                     if reference.mutability.is_some() {
                         let shared = &reference.elem;
+                        let why = if retries > 0 {
+                            "cannot be lent to every attempt: an attempt may still hold it when the next begins"
+                        } else {
+                            "cannot be lent to both the call and its fallback: the call's attempt and the fallback each get the arguments"
+                        };
                         errors.push_spanned(
                             &t.ty,
                             format!(
-                                "`{}` cannot be lent to every attempt: an attempt may still hold it when the next begins; take `&{}` (with interior mutability if it must change), or remove `{reuser}`",
+                                "`{}` {why}; take `&{}` (with interior mutability if it must change), or remove `{reuser}`",
                                 pretty(&t.ty),
                                 pretty(shared)
                             ),

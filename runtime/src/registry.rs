@@ -60,6 +60,10 @@ pub struct Registry {
     inner: Arc<Inner>,
 }
 
+/// The name of a part a call site gives (its breaker's, budget's or
+/// bulkhead's).
+type NameOf = fn(&Site) -> Option<&'static str>;
+
 struct Inner {
     strict: bool,
     default_breaker: BreakerConfig,
@@ -355,7 +359,7 @@ impl Registry {
         }
         let configured = &self.inner.configured;
         let mut unused = Vec::new();
-        let kinds: [(&'static str, &BTreeSet<String>, fn(&Site) -> Option<&'static str>); 3] = [
+        let kinds: [(&str, &BTreeSet<String>, NameOf); 3] = [
             ("breaker", &configured.breakers, |s| s.breaker),
             ("budget", &configured.budgets, |s| s.budget),
             ("bulkhead", &configured.bulkheads, |s| s.bulkhead),
