@@ -1577,4 +1577,98 @@ mod windows_under_concurrency {
             early.iter().take(5).collect::<Vec<_>>()
         );
     }
+
+    // ---------------------------------------------------------------------------
+    // 5. Transitions reach subscribers in the order they were made (review 22)
+    // ---------------------------------------------------------------------------
+
+    /// A log that takes 2 ms to write a warning (a breaker opening), as a
+    /// busy or remote one may.
+    struct SlowWarnings;
+
+    impl tracing::Subscriber for SlowWarnings {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, event: &tracing::Event<'_>) {
+            if *event.metadata().level() == tracing::Level::WARN {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    /// Threads share a breaker that flaps (a window of 4, a wait of 1 ms,
+    /// the dependency down and up every 20 ms), logging to a slow log: each
+    /// transition delivered starts where the one before it ended. Two
+    /// threads that made two transitions one after the other queued them
+    /// the other way round (`closed -> open`, logged first, delivered after
+    /// the `open -> half_open` that followed it; review 22 saw it in about
+    /// one run in six with a fast log).
+    #[test]
+    fn transitions_reach_subscribers_in_the_order_they_were_made() {
+        let config = BreakerConfig::default()
+            .sliding_window(SlidingWindow::CountBased { size: 4 })
+            .minimum_number_of_calls(4)
+            .permitted_number_of_calls_in_half_open_state(2)
+            .wait_duration_in_open_state(Duration::from_millis(1));
+        let b = Arc::new(Breaker::new("r22-order", config).unwrap());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sub = {
+            let seen = seen.clone();
+            b.subscribe(move |event| {
+                if let BreakerEvent::StateTransition { from, to, .. } = event {
+                    seen.lock().unwrap().push((*from, *to));
+                }
+            })
+        };
+        let down = Arc::new(AtomicBool::new(false));
+        let deadline = Instant::now() + Duration::from_secs(3);
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let (b, down) = (b.clone(), down.clone());
+                std::thread::spawn(move || {
+                    let _log = tracing::subscriber::set_default(SlowWarnings);
+                    while until(deadline) {
+                        if let Ok(p) = b.try_acquire() {
+                            p.record(down.load(Ordering::Relaxed).then_some(FAIL).flatten());
+                        }
+                        // Slow enough that the refusals' events never fill
+                        // the queue (a dropped transition would break the
+                        // chain this test checks).
+                        std::thread::sleep(Duration::from_micros(50));
+                    }
+                })
+            })
+            .collect();
+        while until(deadline) {
+            down.fetch_xor(true, Ordering::Relaxed);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert!(sub.flush(Duration::from_secs(5)));
+        assert_eq!(sub.dropped_events(), 0);
+        let seen = seen.lock().unwrap().clone();
+        assert!(seen.len() > 10, "too few transitions to judge: {seen:?}");
+        for (i, pair) in seen.windows(2).enumerate() {
+            assert_eq!(
+                pair[0].1,
+                pair[1].0,
+                "transition {i} of {} ended in {:?}, the next delivered starts from {:?}: {:?}",
+                seen.len(),
+                pair[0].1,
+                pair[1].0,
+                &seen[i.saturating_sub(2)..(i + 3).min(seen.len())]
+            );
+        }
+        assert_eq!(seen.last().map(|t| t.1), Some(b.state()));
+    }
 }

@@ -163,6 +163,11 @@ fn until_tag(ns: u64) -> u64 {
     (ns / NANOS_PER_MS) & UNTIL_MASK
 }
 
+/// How many generations `a` is after `b` (both wrapping in `GEN_BITS`).
+pub(crate) fn generations_after(a: u32, b: u32) -> u32 {
+    (u64::from(a).wrapping_sub(u64::from(b)) & GEN_MASK) as u32
+}
+
 /// `a` is a later generation than `b` (both wrapping in `GEN_BITS`).
 fn gen_newer(a: u64, b: u64) -> bool {
     let d = a.wrapping_sub(b) & GEN_MASK;
@@ -278,6 +283,13 @@ pub(crate) struct Transition {
     pub(crate) from: Phase,
     pub(crate) to: Phase,
     pub(crate) cause: Cause,
+    /// The state word's generation before and after: transitions made by
+    /// different threads are announced in this order (see
+    /// `Breaker::announce`).
+    pub(crate) generations: (u32, u32),
+    /// Only the end of an open state moved (a longer `Retry-After`): no
+    /// change to announce, but a new generation all the same.
+    pub(crate) quiet: bool,
 }
 
 /// Counts and rates for a snapshot.
@@ -1244,6 +1256,8 @@ impl Core {
                             from: Phase::Open,
                             to: Phase::HalfOpen,
                             cause: Cause::WaitElapsed,
+                            generations: (w.generation(), next.generation()),
+                            quiet: false,
                         }
                     });
                     return Acquired::Admitted {
@@ -1348,6 +1362,8 @@ impl Core {
                     from: Phase::Closed,
                     to: Phase::Open,
                     cause,
+                    generations: (w.generation(), open.generation()),
+                    quiet: false,
                 }
             })
     }
@@ -1395,6 +1411,8 @@ impl Core {
                             from: Phase::HalfOpen,
                             to: Phase::Open,
                             cause,
+                            generations: (generation, w.next_generation()),
+                            quiet: false,
                         }),
                     ),
                     None => (
@@ -1403,6 +1421,8 @@ impl Core {
                             from: Phase::HalfOpen,
                             to: Phase::Closed,
                             cause: Cause::ProbesSucceeded { calls: recorded },
+                            generations: (generation, w.next_generation()),
+                            quiet: false,
                         }),
                     ),
                 }
@@ -1504,12 +1524,14 @@ impl Core {
             {
                 Ok(_) => {
                     self.publish_until(next, until_ns);
-                    return (w.phase() != Phase::Open).then_some(Transition {
+                    return Some(Transition {
                         from: w.phase(),
                         to: Phase::Open,
                         cause: Cause::RetryAfter {
                             hold_ns: until_ns - now_ns,
                         },
+                        generations: (w.generation(), next.generation()),
+                        quiet: w.phase() == Phase::Open,
                     });
                 }
                 Err(actual) => w = Word(actual),
@@ -1555,6 +1577,8 @@ impl Core {
                         from: w.phase(),
                         to,
                         cause: Cause::Manual,
+                        generations: (w.generation(), generation),
+                        quiet: false,
                     };
                 }
                 Err(actual) => w = Word(actual),

@@ -14,7 +14,9 @@
 //!
 //! * **Order**: one hub delivers its events one at a time, in the order they
 //!   were queued, to every subscriber in the order they subscribed. Events
-//!   caused by one thread are queued in the order they happened.
+//!   caused by one thread are queued in the order they happened, and a
+//!   breaker's transitions in the order they were made, whichever threads
+//!   made them: each starts from the state the one before it ended in.
 //! * **At most once**: an event is delivered to each subscriber at most once.
 //!   When the queue is full ([`EventHub::QUEUE_CAPACITY`] events waiting,
 //!   because a subscriber is slow or blocked) a new event is dropped rather

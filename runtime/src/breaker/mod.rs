@@ -7,8 +7,8 @@ mod events;
 mod snapshot;
 
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -16,6 +16,7 @@ use tokio::time::Instant;
 pub use self::config::{BreakerConfig, SlidingWindow};
 use self::core::{
     Acquired, Admission, Cause, Core, Now, Phase, Sample, Settings, Transition, WindowKind,
+    generations_after,
 };
 pub use self::events::{BreakerEvent, EventHub, Subscription, TransitionReason};
 pub use self::snapshot::BreakerSnapshot;
@@ -119,6 +120,9 @@ pub struct Breaker {
     #[cfg(feature = "metrics")]
     transitions: [AtomicU64; STATE_COUNT * STATE_COUNT],
     events: Arc<EventHub>,
+    /// Transitions are announced in the order they were made (see
+    /// [`Order`]).
+    order: Mutex<Order>,
 }
 
 /// How many [`State`]s there are.
@@ -181,6 +185,7 @@ impl Breaker {
             #[cfg(feature = "metrics")]
             transitions: [const { AtomicU64::new(0) }; STATE_COUNT * STATE_COUNT],
             events,
+            order: Mutex::new(Order::default()),
         }
     }
 
@@ -280,8 +285,8 @@ impl Breaker {
                 // whatever happens while the transition is announced, dropping
                 // the permit hands the slot back.
                 let permit = self.permit(admission, Timing::exact(self, now));
-                if let Some(t) = transition {
-                    self.announce(t, false);
+                if transition.is_some() {
+                    self.announce([transition, None], false);
                 }
                 Ok(permit)
             }
@@ -310,7 +315,7 @@ impl Breaker {
         let t = self
             .core
             .transition_to(to.phase(), self.since_origin(Instant::now()));
-        self.announce(t, false);
+        self.announce([Some(t), None], false);
     }
 
     /// Closes the breaker with an empty window and zeroes its count of
@@ -322,7 +327,7 @@ impl Breaker {
             .transition_to(Phase::Closed, self.since_origin(Instant::now()));
         let total = self.not_permitted.load(Ordering::Relaxed);
         self.not_permitted_at_reset.store(total, Ordering::Relaxed);
-        self.announce(t, true);
+        self.announce([Some(t), None], true);
     }
 
     /// The breaker's state and counts now.
@@ -424,16 +429,73 @@ impl Breaker {
         }
     }
 
-    /// Tells the log and the subscribers about transition `t`. Allocates
-    /// nothing: the reason is a `Copy` value, formatted only by a tracing
-    /// subscriber that wants it, and events are queued without allocating.
-    fn announce(&self, t: Transition, reset: bool) {
+    /// Tells the subscribers and the log about transitions this caller
+    /// made (one, or a record's two). Allocates nothing: the reason is a
+    /// `Copy` value, formatted only by a tracing subscriber that wants it,
+    /// and events are queued without allocating. Queued first, for all of
+    /// them: the log runs a tracing subscriber's code, which may panic,
+    /// and a transition left unqueued would hold back the next ones (see
+    /// [`Order`]).
+    fn announce(&self, transitions: [Option<Transition>; 2], reset: bool) {
+        for t in transitions.iter().flatten() {
+            let events = if !t.quiet && self.events.is_observed() {
+                self.events_of(t, reset)
+            } else {
+                Default::default()
+            };
+            self.order
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .admit(t.generations, events, &self.events);
+        }
+        for t in transitions.iter().flatten().filter(|t| !t.quiet) {
+            self.log(t, reset);
+        }
+    }
+
+    /// The events of transition `t`, in the order subscribers get them.
+    fn events_of(&self, t: &Transition, reset: bool) -> Events {
+        let (from, to) = (State::of(t.from), State::of(t.to));
+        let reason = self.reason(t, reset);
+        let mut events: Events = Default::default();
+        if let Cause::Rates {
+            failure_rate,
+            slow_call_rate,
+            failure_tripped,
+            slow_tripped,
+            ..
+        } = t.cause
+        {
+            if failure_tripped {
+                events[0] = Some(BreakerEvent::FailureRateExceeded {
+                    name: Arc::clone(&self.name),
+                    rate: failure_rate,
+                });
+            }
+            if slow_tripped {
+                events[1] = Some(BreakerEvent::SlowCallRateExceeded {
+                    name: Arc::clone(&self.name),
+                    rate: slow_call_rate,
+                });
+            }
+        }
+        events[2] = Some(BreakerEvent::StateTransition {
+            name: Arc::clone(&self.name),
+            from,
+            to,
+            reason,
+        });
+        events
+    }
+
+    /// Counts transition `t` and logs it.
+    fn log(&self, t: &Transition, reset: bool) {
         let (from, to) = (State::of(t.from), State::of(t.to));
         #[cfg(feature = "metrics")]
         self.transitions[from as usize * STATE_COUNT + to as usize].fetch_add(1, Ordering::Relaxed);
-        let reason = self.reason(&t, reset);
         #[cfg(feature = "tracing")]
         {
+            let reason = self.reason(t, reset);
             let name: &str = &self.name;
             let (rate, threshold, calls, hold) = reason.fields();
             if matches!(to, State::Open | State::ForcedOpen) {
@@ -448,36 +510,100 @@ impl Breaker {
                 );
             }
         }
-        if !self.events.is_observed() {
+        #[cfg(not(feature = "tracing"))]
+        let _ = (from, to, reset);
+    }
+}
+
+/// The events of one transition: the thresholds it tripped, then the
+/// transition itself.
+type Events = [Option<BreakerEvent>; 3];
+
+/// How many transitions may wait for an earlier one to be announced.
+const PARKED: usize = 4;
+
+/// Puts a breaker's transitions in the order they were made. Each changes
+/// the state word from one generation to the next, but two threads that
+/// make two transitions one after the other may reach their announcements
+/// the other way round (review 22 saw subscribers get `closed -> open`
+/// after the `open -> half_open` that followed it). So a transition is
+/// queued only once the one before it (the transition into its `from`
+/// generation) has been; a transition that comes early waits here, and is
+/// queued by the one it waited for. Every transition is announced right
+/// after it is made, with nothing between that can fail, so the wait is
+/// short; should one never come, the waiting ones are queued in their
+/// order once `PARKED` wait.
+#[derive(Default)]
+struct Order {
+    /// The generation the last queued transition made.
+    last: Option<u32>,
+    parked: [Option<((u32, u32), Events)>; PARKED],
+}
+
+impl Order {
+    fn admit(&mut self, generations: (u32, u32), events: Events, hub: &EventHub) {
+        if self.last.is_none_or(|last| last == generations.0) {
+            self.queue(generations, events, hub);
+            self.release(hub);
             return;
         }
-        if let Cause::Rates {
-            failure_rate,
-            slow_call_rate,
-            failure_tripped,
-            slow_tripped,
-            ..
-        } = t.cause
-        {
-            if failure_tripped {
-                self.events.emit(&BreakerEvent::FailureRateExceeded {
-                    name: Arc::clone(&self.name),
-                    rate: failure_rate,
-                });
-            }
-            if slow_tripped {
-                self.events.emit(&BreakerEvent::SlowCallRateExceeded {
-                    name: Arc::clone(&self.name),
-                    rate: slow_call_rate,
-                });
+        if let Some(slot) = self.parked.iter_mut().find(|p| p.is_none()) {
+            *slot = Some((generations, events));
+            return;
+        }
+        // One never came: the waiting ones and this one go, earliest first.
+        let mut this = Some((generations, events));
+        loop {
+            let after_last = |g: &(u32, u32)| generations_after(g.0, self.last.unwrap_or(0));
+            let parked = self.earliest();
+            let parked_first = match (&this, parked) {
+                (Some((g, _)), Some(i)) => self.parked[i]
+                    .as_ref()
+                    .is_some_and(|(p, _)| after_last(p) < after_last(g)),
+                (None, Some(_)) => true,
+                (_, None) => false,
+            };
+            let next = match parked {
+                Some(i) if parked_first => self.parked[i].take(),
+                _ => this.take(),
+            };
+            match next {
+                Some((g, e)) => self.queue(g, e, hub),
+                None => break,
             }
         }
-        self.events.emit(&BreakerEvent::StateTransition {
-            name: Arc::clone(&self.name),
-            from,
-            to,
-            reason,
-        });
+    }
+
+    fn queue(&mut self, generations: (u32, u32), events: Events, hub: &EventHub) {
+        for event in events.iter().flatten() {
+            hub.emit(event);
+        }
+        self.last = Some(generations.1);
+    }
+
+    /// Queues the waiting transitions whose turn has come.
+    fn release(&mut self, hub: &EventHub) {
+        while let Some(i) = self
+            .parked
+            .iter()
+            .position(|p| matches!(p, Some((g, _)) if Some(g.0) == self.last))
+        {
+            if let Some((g, e)) = self.parked[i].take() {
+                self.queue(g, e, hub);
+            }
+        }
+    }
+
+    /// The waiting transition made first (nearest after the last queued).
+    fn earliest(&self) -> Option<usize> {
+        let last = self.last.unwrap_or(0);
+        (0..PARKED)
+            .filter(|&i| self.parked[i].is_some())
+            .min_by_key(|&i| {
+                self.parked[i]
+                    .as_ref()
+                    .map_or(u32::MAX, |(g, _)| generations_after(g.0, last))
+            })
     }
 }
 
@@ -579,12 +705,9 @@ impl BreakerPermit<'_> {
         };
         // Two branches rather than an iterator over the pair, which the
         // steady path's `[None, None]` paid for (5 instructions).
-        let [first, second] = breaker.core.record(self.admission, sample, now_ns);
-        if let Some(t) = first {
-            breaker.announce(t, false);
-        }
-        if let Some(t) = second {
-            breaker.announce(t, false);
+        let transitions = breaker.core.record(self.admission, sample, now_ns);
+        if transitions[0].is_some() || transitions[1].is_some() {
+            breaker.announce(transitions, false);
         }
     }
 }
@@ -758,5 +881,82 @@ mod tests {
         assert_eq!(*level, Level::INFO);
         assert_eq!(field(closed, "to"), Some("closed"));
         assert_eq!(field(closed, "reason"), Some("reset by hand"));
+    }
+}
+
+#[cfg(test)]
+mod order_tests {
+    //! [`Order`]: transitions announced out of order are queued in order.
+
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use super::*;
+
+    /// Events that tell transitions apart: the "rate" is the generation made.
+    fn events(made: u32) -> Events {
+        [
+            None,
+            None,
+            Some(BreakerEvent::FailureRateExceeded {
+                name: Arc::from("order"),
+                rate: made as f32,
+            }),
+        ]
+    }
+
+    fn delivered(admitted: &[(u32, u32)]) -> Vec<u32> {
+        let hub = EventHub::new();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sub = {
+            let seen = seen.clone();
+            hub.subscribe(move |e| {
+                if let BreakerEvent::FailureRateExceeded { rate, .. } = e {
+                    seen.lock().unwrap().push(*rate as u32);
+                }
+            })
+        };
+        let mut order = Order::default();
+        for &g in admitted {
+            order.admit(g, events(g.1), &hub);
+        }
+        assert!(sub.flush(Duration::from_secs(5)));
+        let delivered = seen.lock().unwrap().clone();
+        drop(sub);
+        delivered
+    }
+
+    #[test]
+    fn transitions_in_order_are_queued_at_once() {
+        assert_eq!(delivered(&[(0, 1), (1, 2), (2, 3)]), [1, 2, 3]);
+    }
+
+    #[test]
+    fn an_early_transition_waits_for_the_one_before_it() {
+        assert_eq!(delivered(&[(0, 1), (2, 3), (3, 4), (1, 2)]), [1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn generations_wrap() {
+        let top = (1 << 21) - 1;
+        assert_eq!(delivered(&[(top - 1, top), (0, 1), (top, 0)]), [top, 0, 1]);
+    }
+
+    /// One that never comes holds back no more than `PARKED` transitions:
+    /// then they go, earliest first.
+    #[test]
+    fn a_transition_that_never_comes_holds_back_a_few_at_most() {
+        let mut admitted = vec![(0, 1)];
+        // (1, 2) never comes.
+        admitted.extend((2..=(2 + PARKED as u32)).rev().map(|g| (g, g + 1)));
+        let mut expected: Vec<u32> = (3..=(3 + PARKED as u32)).collect();
+        expected.insert(0, 1);
+        assert_eq!(delivered(&admitted), expected);
+        // And the order goes on from the last one.
+        let last = 3 + PARKED as u32;
+        let mut more = admitted.clone();
+        more.push((last, last + 1));
+        expected.push(last + 1);
+        assert_eq!(delivered(&more), expected);
     }
 }
