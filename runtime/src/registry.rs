@@ -1023,7 +1023,12 @@ mod file {
             return None;
         };
         let mut entries: Vec<(String, RawValue, Location)> = Vec::new();
+        // Each value as the file writes it: a problem shows it so.
+        let mut written: Vec<(String, &str)> = Vec::new();
         for (key, value) in table {
+            if let Some(text) = src.text.get(value.span()) {
+                written.push((key.get_ref().to_string(), text));
+            }
             let at = src.at(key.span().start, Some(table_path));
             // No setting is a table: `[breakers.fraud.checks]` is breaker
             // `fraud` with a key `checks`, where `fraud.checks` was meant
@@ -1054,7 +1059,12 @@ mod file {
         match setting::from_located_entries(name, &entries, &here) {
             Ok(config) => Some(config),
             Err(found) => {
-                problems.extend(found);
+                problems.extend(found.into_iter().map(|problem| {
+                    match written.iter().find(|(key, _)| key == problem.key()) {
+                        Some((_, text)) => problem.written(text),
+                        None => problem,
+                    }
+                }));
                 None
             }
         }

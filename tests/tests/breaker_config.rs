@@ -130,10 +130,21 @@ fn rates_outside_0_to_100_are_refused() {
             "slow_call_rate_threshold",
             "100.5",
         ),
+        // As written (review 22: shown as `NaN`, and `1e300` as 301 digits).
         (
             "slow_call_rate_threshold = nan",
             "slow_call_rate_threshold",
-            "NaN",
+            "nan",
+        ),
+        (
+            "failure_rate_threshold = 1e300",
+            "failure_rate_threshold",
+            "1e300",
+        ),
+        (
+            "failure_rate_threshold = +inf # no limit",
+            "failure_rate_threshold",
+            "+inf",
         ),
     ] {
         let msg = refused_file(text, key, value);

@@ -758,3 +758,30 @@ fn a_scoped_registry_can_be_checked_against_the_names_in_use() {
         "the advice is TOML that configures it: {text}"
     );
 }
+
+/// A refused value is shown as the file writes it (review 22: `1e300` was
+/// shown as 301 digits, `nan` as `NaN`, `1e3` as `1000.0`, an array as
+/// `[...]`), on one line.
+#[test]
+fn a_refused_value_is_shown_as_the_file_writes_it() {
+    for (key, written) in [
+        ("failure_rate_threshold", "1e300"),
+        ("failure_rate_threshold", "nan"),
+        ("sliding_window_size", "1e3"),
+        ("minimum_number_of_calls", "[1, 2]"),
+    ] {
+        let err = Registry::builder()
+            .toml(&format!("[breakers.dep]\n{key} = {written} # why\n"))
+            .unwrap()
+            .build()
+            .unwrap_err();
+        let p = &err.problems()[0];
+        assert_eq!((p.key(), p.value()), (key, written), "{err}");
+    }
+    let err = Registry::builder()
+        .toml("[breakers.dep]\nminimum_number_of_calls = [\n  1,\n  2,\n]\n")
+        .unwrap()
+        .build()
+        .unwrap_err();
+    assert_eq!(err.problems()[0].value(), "[ 1, 2, ]", "{err}");
+}

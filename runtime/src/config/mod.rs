@@ -94,6 +94,17 @@ impl Problem {
         Self::new(section, Some(name), "", "", reason)
     }
 
+    /// The same problem, with its value as the file writes it (`1e9`,
+    /// `nan`, `[1, 2]`), where the value was read and shown otherwise;
+    /// on one line.
+    #[cfg(feature = "toml")]
+    pub(crate) fn written(mut self, text: &str) -> Self {
+        if !self.value.is_empty() {
+            self.value = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        }
+        self
+    }
+
     /// The same problem, placed in a file.
     #[cfg_attr(not(feature = "toml"), allow(dead_code))]
     pub(crate) fn at(mut self, location: Location) -> Self {

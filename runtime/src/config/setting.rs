@@ -426,6 +426,26 @@ pub(crate) fn from_toml<T: Settings>(name: &str, text: &str) -> Result<T, crate:
     }
     let checks = checked(&config, name, &problems);
     problems.extend(checks);
+    if !problems.is_empty() {
+        // Each value as the text writes it (`1e9`, `nan`), as a file read
+        // by the registry shows it.
+        if let Ok(doc) = toml::de::DeTable::parse(text) {
+            problems = problems
+                .into_iter()
+                .map(|problem| {
+                    let written = doc
+                        .get_ref()
+                        .iter()
+                        .find(|(key, _)| key.get_ref() == problem.key())
+                        .and_then(|(_, value)| text.get(value.span()));
+                    match written {
+                        Some(written) => problem.written(written),
+                        None => problem,
+                    }
+                })
+                .collect();
+        }
+    }
     crate::ConfigError::from_problems(problems)?;
     Ok(config)
 }
