@@ -450,36 +450,50 @@ async fn a_request_its_client_gave_up_on_still_runs_once_and_is_replayed() {
     assert_eq!(provider.runs.load(Ordering::SeqCst), 1);
 }
 
-/// The same, cut by the README's `ResilienceLayer` at the caller's
-/// deadline (`Request-Budget-Ms`): the caller gets its 504 at once, the
-/// handler finishes on its task, and the next request with the key gets
-/// the handler's own answer rather than a second run.
-#[tokio::test]
-async fn a_request_cut_at_its_deadline_still_runs_once_and_is_replayed() {
+/// Serves `router` under `IdempotencyLayer` inside `ResilienceLayer`, sends
+/// a request with `key` and a budget of 100 ms, which the layer cuts (a
+/// 504), waits `wait_ms`, and sends it again with 5 s: the second answer.
+async fn cut_then_retried(
+    router: Router,
+    path: &str,
+    key: &str,
+    body: &str,
+    wait_ms: u64,
+) -> reqwest::Response {
     use resilient::tower::ResilienceLayer;
-    let provider = Arc::new(Provider {
-        delay: Duration::from_millis(300),
-        ..Provider::default()
-    });
-    let router = Router::new()
-        .route("/charges", post(charge))
-        .with_state(provider.clone())
+    let router = router
         .layer(IdempotencyLayer::new())
         .layer(ResilienceLayer::new());
     let addr = listen(router).await;
     let client = reqwest::Client::new();
     let send = |budget: &'static str| {
         client
-            .post(format!("http://{addr}/charges"))
-            .header("idempotency-key", "deadline-1")
+            .post(format!("http://{addr}{path}"))
+            .header("idempotency-key", key)
             .header("request-budget-ms", budget)
-            .body("700")
+            .body(body.to_owned())
             .send()
     };
     let cut = send("100").await.unwrap();
     assert_eq!(cut.status(), StatusCode::GATEWAY_TIMEOUT);
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    let retry = send("5000").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(wait_ms)).await;
+    send("5000").await.unwrap()
+}
+
+/// The same, cut by the README's `ResilienceLayer` at the caller's
+/// deadline (`Request-Budget-Ms`): the caller gets its 504 at once, the
+/// handler finishes on its task, and the next request with the key gets
+/// the handler's own answer rather than a second run.
+#[tokio::test]
+async fn a_request_cut_at_its_deadline_still_runs_once_and_is_replayed() {
+    let provider = Arc::new(Provider {
+        delay: Duration::from_millis(300),
+        ..Provider::default()
+    });
+    let router = Router::new()
+        .route("/charges", post(charge))
+        .with_state(provider.clone());
+    let retry = cut_then_retried(router, "/charges", "deadline-1", "700", 400).await;
     assert_eq!(retry.status(), StatusCode::CREATED);
     assert!(retry.headers().get("idempotent-replayed").is_some());
     assert_eq!(retry.text().await.unwrap(), "charge 1 of 700");
@@ -588,25 +602,8 @@ async fn write_order_then_call() -> Result<String, resilient::Error> {
 /// would write the order a second time (review 20: it did).
 #[tokio::test]
 async fn a_handler_that_ran_on_after_its_request_went_away_is_not_run_again() {
-    use resilient::tower::ResilienceLayer;
-    let router = Router::new()
-        .route("/orders", post(write_order_then_call))
-        .layer(IdempotencyLayer::new())
-        .layer(ResilienceLayer::new());
-    let addr = listen(router).await;
-    let client = reqwest::Client::new();
-    let send = |budget: &'static str| {
-        client
-            .post(format!("http://{addr}/orders"))
-            .header("idempotency-key", "ran-on-1")
-            .header("request-budget-ms", budget)
-            .body("1")
-            .send()
-    };
-    let cut = send("100").await.unwrap();
-    assert_eq!(cut.status(), StatusCode::GATEWAY_TIMEOUT);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let retry = send("5000").await.unwrap();
+    let router = Router::new().route("/orders", post(write_order_then_call));
+    let retry = cut_then_retried(router, "/orders", "ran-on-1", "1", 500).await;
     assert_eq!(
         ORDERS_WRITTEN.load(Ordering::SeqCst),
         1,
