@@ -201,6 +201,12 @@ where
             ),
         ));
     }
+    if lit.base10_digits().starts_with('-') {
+        return Err(syn::Error::new(
+            lit.span(),
+            format!("`{key}` cannot be negative: it takes a whole number from 0 up"),
+        ));
+    }
     lit.base10_parse::<T>()
         .map_err(|e| syn::Error::new(lit.span(), format!("`{key}` takes a whole number: {e}")))
 }

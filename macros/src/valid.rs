@@ -34,6 +34,23 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
     let sig = &func.sig;
     let retries = args.retries.as_ref().map_or(0, |r| r.value);
 
+    // One attribute per function: a second would wrap the first, and the
+    // outer layer's retries would multiply the inner one's (or, as the
+    // inner call's failure is final, do nothing), which no one means.
+    for attr in &func.attrs {
+        if attr
+            .path()
+            .segments
+            .last()
+            .is_some_and(|s| s.ident == "resilient")
+        {
+            errors.push_spanned(
+                attr,
+                "`#[resilient]` is given twice on this function: one attribute takes every key (`retries`, `breaker`, `deadline_ms`…); merge them into one",
+            );
+        }
+    }
+
     // Keys on their own.
     if let Some(r) = &args.retries {
         if r.value > MAX_RETRIES {
