@@ -544,6 +544,15 @@ pub(crate) fn forward(end: &FrameEnd) {
     }
 }
 
+/// Runs `fut` to its end in `frame`, a transparent one (`observe`,
+/// `admitted`, a fallback), and passes what it learned up to the frame
+/// that encloses it.
+pub(crate) async fn run_in<F: Future>(frame: Frame, fut: F) -> F::Output {
+    let (output, end) = InFrame::new(frame, fut).await;
+    forward(&end);
+    output
+}
+
 /// Runs a future about to be spawned in a frame of its own: a new path,
 /// with the spawner's deadline.
 pub(crate) fn scope_spawned<F: Future>(deadline: Option<Instant>, fut: F) -> InFrame<F> {

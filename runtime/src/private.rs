@@ -461,11 +461,7 @@ pub fn fallback<R, F: FallbackFuture<R>>(
     } else {
         crate::frame::Frame::transparent(deadline, false)
     };
-    async move {
-        let (output, end) = crate::frame::InFrame::new(frame, fut).await;
-        crate::frame::forward(&end);
-        output
-    }
+    crate::frame::run_in(frame, fut)
 }
 
 /// Checks a parameter that claims to be the idempotency key.

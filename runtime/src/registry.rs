@@ -64,6 +64,19 @@ pub struct Registry {
 /// bulkhead's).
 type NameOf = fn(&Site) -> Option<&'static str>;
 
+/// Those of `names` that no annotated function gives as the name `named`
+/// reads from its site, in their order; none where the list of annotated
+/// functions is not available (without the `linkme` feature).
+fn unnamed<'a>(names: impl Iterator<Item = &'a str>, named: NameOf) -> Vec<&'a str> {
+    let sites = sites();
+    if sites.is_empty() {
+        return Vec::new();
+    }
+    names
+        .filter(|&name| !sites.iter().any(|site| named(site) == Some(name)))
+        .collect()
+}
+
 struct Inner {
     strict: bool,
     default_breaker: BreakerConfig,
@@ -312,17 +325,9 @@ impl Registry {
     /// assert_eq!(registry.unused_throttles(), ["paymnets"]);
     /// ```
     pub fn unused_throttles(&self) -> Vec<&str> {
-        let sites = sites();
-        if sites.is_empty() {
-            return Vec::new();
-        }
-        let mut unused: Vec<&str> = self
-            .inner
-            .throttles
-            .keys()
-            .map(|name| &**name)
-            .filter(|&name| !sites.iter().any(|site| site.breaker == Some(name)))
-            .collect();
+        let mut unused = unnamed(self.inner.throttles.keys().map(|name| &**name), |s| {
+            s.breaker
+        });
         unused.sort_unstable();
         unused
     }
@@ -353,25 +358,21 @@ impl Registry {
     /// assert_eq!(registry.unused_parts(), [("breaker", "paymnets")]);
     /// ```
     pub fn unused_parts(&self) -> Vec<(&'static str, &str)> {
-        let sites = sites();
-        if sites.is_empty() {
-            return Vec::new();
-        }
         let configured = &self.inner.configured;
-        let mut unused = Vec::new();
         let kinds: [(&str, &BTreeSet<String>, NameOf); 3] = [
             ("breaker", &configured.breakers, |s| s.breaker),
             ("budget", &configured.budgets, |s| s.budget),
             ("bulkhead", &configured.bulkheads, |s| s.bulkhead),
         ];
-        for (kind, names, named) in kinds {
-            for name in names {
-                if !sites.iter().any(|site| named(site) == Some(name.as_str())) {
-                    unused.push((kind, name.as_str()));
-                }
-            }
-        }
-        unused
+        kinds
+            .into_iter()
+            .flat_map(|(kind, names, named)| {
+                let names = names.iter().map(String::as_str);
+                unnamed(names, named)
+                    .into_iter()
+                    .map(move |name| (kind, name))
+            })
+            .collect()
     }
 
     /// The global registry: the installed one, or a default one.
@@ -1023,12 +1024,7 @@ mod file {
             return None;
         };
         let mut entries: Vec<(String, RawValue, Location)> = Vec::new();
-        // Each value as the file writes it: a problem shows it so.
-        let mut written: Vec<(String, &str)> = Vec::new();
         for (key, value) in table {
-            if let Some(text) = src.text.get(value.span()) {
-                written.push((key.get_ref().to_string(), text));
-            }
             let at = src.at(key.span().start, Some(table_path));
             // No setting is a table: `[breakers.fraud.checks]` is breaker
             // `fraud` with a key `checks`, where `fraud.checks` was meant
@@ -1059,12 +1055,8 @@ mod file {
         match setting::from_located_entries(name, &entries, &here) {
             Ok(config) => Some(config),
             Err(found) => {
-                problems.extend(found.into_iter().map(|problem| {
-                    match written.iter().find(|(key, _)| key == problem.key()) {
-                        Some((_, text)) => problem.written(text),
-                        None => problem,
-                    }
-                }));
+                // Each value as the file writes it.
+                problems.extend(setting::as_written(found, table, src.text));
                 None
             }
         }

@@ -10,7 +10,7 @@ use std::cell::RefCell;
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::frame::{Frame, InFrame, forward};
+use crate::frame::Frame;
 use crate::{Classification, ErrorKind};
 
 tokio::task_local! {
@@ -141,8 +141,7 @@ pub async fn observe<F: Future>(fut: F) -> (F::Output, Report) {
             // Calls inside see that they are observed from their frame, so
             // calls nobody observes never look for a report.
             let frame = Frame::transparent(crate::current_deadline(), true);
-            let (output, end) = InFrame::new(frame, fut).await;
-            forward(&end);
+            let output = crate::frame::run_in(frame, fut).await;
             let report = REPORT.with(|sink| {
                 let mut sink = sink.borrow_mut();
                 let mut report = std::mem::take(&mut sink.report);

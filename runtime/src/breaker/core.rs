@@ -773,12 +773,12 @@ impl Window {
                             // (a jump of a whole window, or an emptying, whose
                             // sweep may have gone past the bucket before this
                             // write), a present that has left this second
-                            // behind (its sweep likewise), or a new state (its emptying sweeps
-                            // only the epochs before its own, and this call
-                            // may have read the new one): this outcome is
-                            // not the window's, and is taken back. Else the
-                            // state changes after this check, and its
-                            // emptying sweeps this write out.
+                            // behind (its sweep likewise), or a new state
+                            // (its emptying sweeps only the epochs before its
+                            // own, and this call may have read the new one):
+                            // this outcome is not the window's, and is taken
+                            // back. Else the state changes after this check,
+                            // and its emptying sweeps this write out.
                             let (now_epoch, now_last) =
                                 present_parts(present.load(Ordering::SeqCst));
                             if now_epoch != epoch || second + len <= now_last || !current() {
@@ -1429,26 +1429,7 @@ impl Core {
             } else {
                 (Word::half_open(generation, w.taken(), recorded), None)
             };
-            // Closing: the window is marked as being emptied before the
-            // closed state is published, and swept after, so that no call
-            // of the new state is judged on the old window's remains, and
-            // calls of the old one are refused by the new state's
-            // generation rather than swept into it.
-            let closing = next.phase() == Phase::Closed;
-            if closing {
-                self.window.begin_emptying();
-            }
-            // Sequentially consistent with the window's writes: see
-            // `Window::record_under`.
-            let swapped =
-                self.state
-                    .compare_exchange(w.0, next.0, Ordering::SeqCst, Ordering::Acquire);
-            if closing {
-                // Also when another change came first: the mark is lifted,
-                // and the window, unused while half-open, is empty.
-                self.window.finish_emptying();
-            }
-            match swapped {
+            match self.change_state(w, next) {
                 Ok(_) => {
                     if next.phase() == Phase::Open {
                         self.publish_until(next, until);
@@ -1539,6 +1520,31 @@ impl Core {
         }
     }
 
+    /// Replaces state word `w` with `next` (compare-and-swap), emptying the
+    /// window when `next`'s phase starts with an empty one: every phase but
+    /// open and half-open, which show the evidence that opened them (a
+    /// half-open word that only counts its probes stays half-open). The
+    /// window is marked as being emptied before the new state is
+    /// published, and swept after, so that no call of the new state is
+    /// judged on the old window's remains, and calls of the old one are
+    /// refused by the new state's generation rather than swept into it;
+    /// the mark is lifted also when another change came first. The swap is
+    /// sequentially consistent with the window's writes (see
+    /// [`Window::record_under`]).
+    fn change_state(&self, w: Word, next: Word) -> Result<u64, u64> {
+        let empties = !matches!(next.phase(), Phase::Open | Phase::HalfOpen);
+        if empties {
+            self.window.begin_emptying();
+        }
+        let swapped = self
+            .state
+            .compare_exchange(w.0, next.0, Ordering::SeqCst, Ordering::Acquire);
+        if empties {
+            self.window.finish_emptying();
+        }
+        swapped
+    }
+
     /// Moves to `to` whatever the current phase; the window starts empty in
     /// every phase but open and half-open (which show the evidence that
     /// opened them).
@@ -1552,21 +1558,7 @@ impl Core {
                 Phase::HalfOpen => Word::half_open(generation, 0, 0),
                 other => Word::new(other, generation, 0),
             };
-            // Marked as being emptied before the new state is published,
-            // swept after (see `record_half_open`).
-            let empties = !matches!(to, Phase::Open | Phase::HalfOpen);
-            if empties {
-                self.window.begin_emptying();
-            }
-            // Sequentially consistent with the window's writes: see
-            // `Window::record_under`.
-            let swapped =
-                self.state
-                    .compare_exchange(w.0, next.0, Ordering::SeqCst, Ordering::Acquire);
-            if empties {
-                self.window.finish_emptying();
-            }
-            match swapped {
+            match self.change_state(w, next) {
                 Ok(_) => {
                     match to {
                         Phase::HalfOpen => self.add_half_open_counts(generation, false, false),

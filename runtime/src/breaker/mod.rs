@@ -437,9 +437,13 @@ impl Breaker {
     /// and a transition left unqueued would hold back the next ones (see
     /// [`Order`]).
     fn announce(&self, transitions: [Option<Transition>; 2], reset: bool) {
-        for t in transitions.iter().flatten() {
+        let reasons = transitions.map(|t| t.map(|t| self.reason(&t, reset)));
+        for (t, reason) in transitions.iter().zip(reasons) {
+            let (Some(t), Some(reason)) = (t, reason) else {
+                continue;
+            };
             let events = if !t.quiet && self.events.is_observed() {
-                self.events_of(t, reset)
+                self.events_of(t, reason)
             } else {
                 Default::default()
             };
@@ -448,15 +452,18 @@ impl Breaker {
                 .unwrap_or_else(PoisonError::into_inner)
                 .admit(t.generations, events, &self.events);
         }
-        for t in transitions.iter().flatten().filter(|t| !t.quiet) {
-            self.log(t, reset);
+        for (t, reason) in transitions.iter().zip(reasons) {
+            if let (Some(t), Some(reason)) = (t, reason) {
+                if !t.quiet {
+                    self.log(t, reason);
+                }
+            }
         }
     }
 
     /// The events of transition `t`, in the order subscribers get them.
-    fn events_of(&self, t: &Transition, reset: bool) -> Events {
+    fn events_of(&self, t: &Transition, reason: TransitionReason) -> Events {
         let (from, to) = (State::of(t.from), State::of(t.to));
-        let reason = self.reason(t, reset);
         let mut events: Events = Default::default();
         if let Cause::Rates {
             failure_rate,
@@ -489,13 +496,12 @@ impl Breaker {
     }
 
     /// Counts transition `t` and logs it.
-    fn log(&self, t: &Transition, reset: bool) {
+    fn log(&self, t: &Transition, reason: TransitionReason) {
         let (from, to) = (State::of(t.from), State::of(t.to));
         #[cfg(feature = "metrics")]
         self.transitions[from as usize * STATE_COUNT + to as usize].fetch_add(1, Ordering::Relaxed);
         #[cfg(feature = "tracing")]
         {
-            let reason = self.reason(t, reset);
             let name: &str = &self.name;
             let (rate, threshold, calls, hold) = reason.fields();
             if matches!(to, State::Open | State::ForcedOpen) {
@@ -511,7 +517,7 @@ impl Breaker {
             }
         }
         #[cfg(not(feature = "tracing"))]
-        let _ = (from, to, reset);
+        let _ = (from, to, reason);
     }
 }
 
@@ -551,26 +557,15 @@ impl Order {
             *slot = Some((generations, events));
             return;
         }
-        // One never came: the waiting ones and this one go, earliest first.
-        let mut this = Some((generations, events));
-        loop {
-            let after_last = |g: &(u32, u32)| generations_after(g.0, self.last.unwrap_or(0));
-            let parked = self.earliest();
-            let parked_first = match (&this, parked) {
-                (Some((g, _)), Some(i)) => self.parked[i]
-                    .as_ref()
-                    .is_some_and(|(p, _)| after_last(p) < after_last(g)),
-                (None, Some(_)) => true,
-                (_, None) => false,
-            };
-            let next = match parked {
-                Some(i) if parked_first => self.parked[i].take(),
-                _ => this.take(),
-            };
-            match next {
-                Some((g, e)) => self.queue(g, e, hub),
-                None => break,
-            }
+        // One never came: the waiting ones and this one go, earliest
+        // (nearest after the last queued) first.
+        let last = self.last.unwrap_or(0);
+        let mut waiting: [Option<((u32, u32), Events)>; PARKED + 1] =
+            std::array::from_fn(|i| self.parked.get_mut(i).and_then(Option::take));
+        waiting[PARKED] = Some((generations, events));
+        waiting.sort_unstable_by_key(|p| p.as_ref().map(|(g, _)| generations_after(g.0, last)));
+        for (g, e) in waiting.into_iter().flatten() {
+            self.queue(g, e, hub);
         }
     }
 
@@ -592,18 +587,6 @@ impl Order {
                 self.queue(g, e, hub);
             }
         }
-    }
-
-    /// The waiting transition made first (nearest after the last queued).
-    fn earliest(&self) -> Option<usize> {
-        let last = self.last.unwrap_or(0);
-        (0..PARKED)
-            .filter(|&i| self.parked[i].is_some())
-            .min_by_key(|&i| {
-                self.parked[i]
-                    .as_ref()
-                    .map_or(u32::MAX, |(g, _)| generations_after(g.0, last))
-            })
     }
 }
 

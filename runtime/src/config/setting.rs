@@ -430,22 +430,32 @@ pub(crate) fn from_toml<T: Settings>(name: &str, text: &str) -> Result<T, crate:
         // Each value as the text writes it (`1e9`, `nan`), as a file read
         // by the registry shows it.
         if let Ok(doc) = toml::de::DeTable::parse(text) {
-            problems = problems
-                .into_iter()
-                .map(|problem| {
-                    let written = doc
-                        .get_ref()
-                        .iter()
-                        .find(|(key, _)| key.get_ref() == problem.key())
-                        .and_then(|(_, value)| text.get(value.span()));
-                    match written {
-                        Some(written) => problem.written(written),
-                        None => problem,
-                    }
-                })
-                .collect();
+            problems = as_written(problems, doc.get_ref(), text);
         }
     }
     crate::ConfigError::from_problems(problems)?;
     Ok(config)
+}
+
+/// `problems`, each with its value as `text` writes it under its key in
+/// `table` (a table read from `text`, with the spans of its values).
+#[cfg(feature = "toml")]
+pub(crate) fn as_written(
+    problems: Vec<Problem>,
+    table: &toml::de::DeTable<'_>,
+    text: &str,
+) -> Vec<Problem> {
+    problems
+        .into_iter()
+        .map(|problem| {
+            let written = table
+                .iter()
+                .find(|(key, _)| key.get_ref() == problem.key())
+                .and_then(|(_, value)| text.get(value.span()));
+            match written {
+                Some(written) => problem.written(written),
+                None => problem,
+            }
+        })
+        .collect()
 }

@@ -157,8 +157,7 @@ fn in_flight_now() -> usize {
 pub async fn admitted<F: std::future::Future>(fut: F) -> Result<F::Output, Error> {
     let in_flight = admit(crate::frame::in_call())?;
     let frame = crate::frame::Frame::admitted(crate::current_deadline());
-    let (output, end) = crate::frame::InFrame::new(frame, fut).await;
-    crate::frame::forward(&end);
+    let output = crate::frame::run_in(frame, fut).await;
     drop(in_flight);
     Ok(output)
 }
