@@ -174,6 +174,13 @@ impl Registry {
     /// an annotated function that names a breaker, budget or bulkhead; one
     /// that names none does not create it): configuration must not depend
     /// on which call came first.
+    ///
+    /// With the `tracing` feature, a lenient registry logs at INFO the
+    /// names it lacks (they get the defaults: see
+    /// [`check_names`](Registry::check_names)), and any registry logs at
+    /// WARN what it configures that no annotated function names: throttles
+    /// that guard no breaker, and the breakers, budgets and bulkheads of
+    /// [`unused_parts`](Registry::unused_parts) (often a misspelt name).
     pub fn install(self) -> Result<(), ConfigError> {
         if self.inner.strict {
             self.check_names()?;
@@ -181,8 +188,16 @@ impl Registry {
         #[cfg(feature = "tracing")]
         if !self.inner.strict {
             if let Err(unconfigured) = self.check_names() {
+                // One line: the error's `Display` opens with "invalid
+                // configuration", which a lenient registry's is not.
+                let listed: Vec<String> = unconfigured
+                    .problems()
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect();
                 tracing::info!(
-                    "resilient: names with no configuration get the defaults: {unconfigured}"
+                    "resilient: names with no configuration get the defaults: {}",
+                    listed.join("; ")
                 );
             }
         }
