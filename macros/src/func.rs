@@ -19,6 +19,18 @@ impl Parse for Func {
     fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
         let attrs = input.call(Attribute::parse_outer)?;
         let vis: Visibility = input.parse()?;
+        // What a signature may begin with; anything else (`struct`,
+        // `impl`, `mod`, …) is no function.
+        let starts_fn = input.peek(syn::Token![fn])
+            || input.peek(syn::Token![async])
+            || input.peek(syn::Token![const])
+            || input.peek(syn::Token![unsafe])
+            || input.peek(syn::Token![extern]);
+        if !starts_fn {
+            return Err(input.error(
+                "`#[resilient]` goes on a function (`async fn`, or a `fn` returning a future), the one that calls the dependency; it wraps each call of it",
+            ));
+        }
         let sig: Signature = input.parse()?;
         if input.peek(syn::Token![;]) {
             return Err(syn::Error::new(

@@ -2,7 +2,7 @@
 //! that can be refused before any code is generated.
 
 use quote::ToTokens;
-use syn::{FnArg, ReturnType, Type};
+use syn::{FnArg, Pat, ReturnType, Type};
 
 use crate::attr::{Args, Errors};
 use crate::func::Func;
@@ -188,13 +188,29 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
         FnArg::Typed(t) => t.attrs.iter().any(|a| a.path().is_ident("cfg")),
         FnArg::Receiver(_) => false,
     };
-    let always_keyed = key_params.iter().any(|i| !conditional(i));
+    // A key bound to `_` cannot be sent: the body has no name for it.
+    let unnamed = |i: &usize| match &sig.inputs[*i] {
+        FnArg::Typed(t) => matches!(&*t.pat, Pat::Wild(_)),
+        FnArg::Receiver(_) => false,
+    };
+    let always_keyed = key_params.iter().any(|i| !conditional(i) && !unnamed(i));
     let unsafe_retries = args
         .retries
         .as_ref()
         .filter(|r| r.value > 0 && args.idempotent.is_none() && !always_keyed);
     if let Some(r) = unsafe_retries {
         match key_params.first() {
+            Some(&i) if unnamed(&i) => errors.push_spanned(
+                &sig.inputs[i],
+                format!(
+                    "`{}` may not be retried with this idempotency key: it is bound to `_`, so the body cannot send it and the server could not recognise a retry as a repeat; name it (`key: {}`) and send it with the request, or add `idempotent` if running the function twice is harmless",
+                    sig.ident,
+                    match &sig.inputs[i] {
+                        FnArg::Typed(t) => pretty(&t.ty),
+                        FnArg::Receiver(_) => unreachable!("a key is a typed parameter"),
+                    }
+                ),
+            ),
             Some(&i) => errors.push_spanned(
                 &sig.inputs[i],
                 format!(
@@ -205,7 +221,7 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
             None => errors.push_spanned(
                 &r.tokens,
                 format!(
-                    "`{}` may not be retried: it is not marked `idempotent` and takes no idempotency key, so a retry could repeat its side effect (charge twice, send twice); if running it twice is harmless, add `idempotent`; otherwise take a `resilient::IdempotencyKey` parameter, created once per operation, and send it so the server can recognise a repeat",
+                    "`{}` may not be retried: it is not marked `idempotent` and takes no idempotency key, so a retry could repeat its side effect (charge twice, send twice); if running it twice is harmless, add `idempotent`; otherwise take a `resilient::IdempotencyKey` parameter, created once per operation, and send it so the server can recognise a repeat (the key is recognised by its type's name, `IdempotencyKey`, also behind `&`, `Arc`, `Rc` or `Box`: a type alias hides it)",
                     sig.ident
                 ),
             ),
@@ -313,18 +329,33 @@ fn receiver_kind(ty: &Type) -> Receiver {
     }
 }
 
-/// `IdempotencyKey`, `&IdempotencyKey`, `resilient::IdempotencyKey`, …: by
-/// name, since types are not known to a macro. The expansion then checks the
-/// type really is `resilient::IdempotencyKey`.
+/// `IdempotencyKey`, `&IdempotencyKey`, `resilient::IdempotencyKey`,
+/// `Arc<IdempotencyKey>`, …: by name, since types are not known to a macro.
+/// The expansion then checks the type really is `resilient::IdempotencyKey`
+/// (behind references, `Arc`, `Rc` or `Box`: every attempt's copy of such a
+/// pointer is the same key).
 fn names_idempotency_key(ty: &Type) -> bool {
     match ty {
         Type::Reference(r) => names_idempotency_key(&r.elem),
         Type::Paren(p) => names_idempotency_key(&p.elem),
-        Type::Path(p) => p
-            .path
-            .segments
-            .last()
-            .is_some_and(|s| s.ident == "IdempotencyKey"),
+        Type::Path(p) if p.qself.is_none() => {
+            let Some(last) = p.path.segments.last() else {
+                return false;
+            };
+            if last.ident == "IdempotencyKey" {
+                return true;
+            }
+            if !(last.ident == "Arc" || last.ident == "Rc" || last.ident == "Box") {
+                return false;
+            }
+            match &last.arguments {
+                syn::PathArguments::AngleBracketed(a) => match (a.args.len(), a.args.first()) {
+                    (1, Some(syn::GenericArgument::Type(inner))) => names_idempotency_key(inner),
+                    _ => false,
+                },
+                _ => false,
+            }
+        }
         _ => false,
     }
 }

@@ -468,11 +468,14 @@ pub fn fallback<R, F: FallbackFuture<R>>(
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not `resilient::IdempotencyKey`",
     label = "this parameter is named like an idempotency key",
-    note = "only `resilient::IdempotencyKey` (by value or by reference) lets a non-`idempotent` function be retried"
+    note = "only `resilient::IdempotencyKey` (by value, or behind `&`, `Arc`, `Rc` or `Box`) lets a non-`idempotent` function be retried"
 )]
 pub trait IsIdempotencyKey {}
 impl IsIdempotencyKey for IdempotencyKey {}
-impl IsIdempotencyKey for &IdempotencyKey {}
+impl<T: IsIdempotencyKey + ?Sized> IsIdempotencyKey for &T {}
+impl<T: IsIdempotencyKey + ?Sized> IsIdempotencyKey for std::sync::Arc<T> {}
+impl<T: IsIdempotencyKey + ?Sized> IsIdempotencyKey for std::rc::Rc<T> {}
+impl<T: IsIdempotencyKey + ?Sized> IsIdempotencyKey for Box<T> {}
 
 /// Spanned at the key parameter's type by the expansion.
 pub fn idempotency_key<T: IsIdempotencyKey>(_: &T) {}
