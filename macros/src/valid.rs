@@ -53,6 +53,14 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
 
     // Keys on their own.
     if let Some(r) = &args.retries {
+        if r.value == 0 {
+            // Like `idempotent` alone: a reader would take the function
+            // for one that is retried.
+            errors.push_spanned(
+                &r.tokens,
+                "`retries = 0` makes no retry: remove `retries` (without it the function runs once), or give the number of retries after the first attempt",
+            );
+        }
         if r.value > MAX_RETRIES {
             errors.push_spanned(
                 &r.tokens,
