@@ -487,7 +487,12 @@ pub fn publish(registry: &Registry) {
 ///
 /// Its subscription to breaker events makes the breakers deliver them: on
 /// the refusal path (a call an open breaker turns away), not on a call that
-/// succeeds in a closed breaker.
+/// succeeds in a closed breaker. A slow subscriber of the same registry
+/// delays the gauges (events are delivered in order, to one subscriber
+/// after another); a flood of rejections cannot make a transition be
+/// dropped (see [`EventHub::RESERVED_FOR_TRANSITIONS`](crate::EventHub::RESERVED_FOR_TRANSITIONS)),
+/// and if transitions ever are, the next periodic publish sets the gauges
+/// from the breakers' states.
 ///
 /// # Panics
 ///

@@ -5,7 +5,8 @@
 //! A call that causes an event (a transition, a refusal) returns what it
 //! would have returned with no subscriber at all, whether the subscriber
 //! panics, blocks or is slow; events reach subscribers in order, at most
-//! once, and are dropped (and counted) only when the bounded queue is full.
+//! once, and are dropped (and counted) only when the bounded queue is full,
+//! rejections before transitions.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
@@ -194,6 +195,10 @@ fn finishes_within<T: Send + 'static>(
         .expect("the calls waited for a blocked subscriber")
 }
 
+/// A blocked subscriber, then a flood of rejections: the rejections that do
+/// not fit are dropped, but the transitions that end the outage are not (a
+/// subscriber keeping the state, such as the metrics publisher's gauge,
+/// showed `open` for good after the breaker closed: review 23).
 #[test]
 fn a_blocked_subscriber_delays_no_call_and_gets_a_prefix_of_the_events_in_order() {
     let b = Arc::new(Breaker::new("dep", window_of_four()).unwrap());
@@ -215,7 +220,12 @@ fn a_blocked_subscriber_delays_no_call_and_gets_a_prefix_of_the_events_in_order(
         for _ in 0..REFUSED {
             assert!(caller.try_acquire().is_err());
         }
-        2 + REFUSED // rate exceeded, closed → open, then the refusals
+        // The outage ends: half-open, and a probe that succeeds.
+        caller.transition_to(State::HalfOpen);
+        caller.try_acquire().unwrap().record(SUCCESS);
+        assert_eq!(caller.state(), State::Closed);
+        // rate exceeded, closed → open, the refusals, the two transitions
+        2 + REFUSED + 2
     });
     drop(release); // every later recv returns at once
     assert!(subscription.flush(FLUSH));
@@ -227,8 +237,24 @@ fn a_blocked_subscriber_delays_no_call_and_gets_a_prefix_of_the_events_in_order(
         "each event delivered or dropped"
     );
     assert!(
-        seen.len() >= EventHub::QUEUE_CAPACITY,
+        seen.len() >= EventHub::QUEUE_CAPACITY - EventHub::RESERVED_FOR_TRANSITIONS,
         "the queue held its capacity"
+    );
+    let transitions: Vec<(State, State)> = seen
+        .iter()
+        .filter_map(|e| match e {
+            BreakerEvent::StateTransition { from, to, .. } => Some((*from, *to)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        transitions,
+        [
+            (State::Closed, State::Open),
+            (State::Open, State::HalfOpen),
+            (State::HalfOpen, State::Closed)
+        ],
+        "no transition dropped, in order"
     );
     assert!(matches!(seen[0], BreakerEvent::FailureRateExceeded { .. }));
     assert!(matches!(
@@ -240,7 +266,7 @@ fn a_blocked_subscriber_delays_no_call_and_gets_a_prefix_of_the_events_in_order(
         }
     ));
     assert!(
-        seen[2..]
+        seen[2..seen.len() - 2]
             .iter()
             .all(|e| matches!(e, BreakerEvent::CallNotPermitted { .. })),
         "in order, the newest dropped"

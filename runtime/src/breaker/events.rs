@@ -22,6 +22,11 @@
 //!   because a subscriber is slow or blocked) a new event is dropped rather
 //!   than waited for; drops are counted
 //!   ([`Subscription::dropped_events`]) and the first one is logged at WARN.
+//!   The last [`EventHub::RESERVED_FOR_TRANSITIONS`] places are kept for
+//!   transitions: a flood of rejections from an open breaker is dropped
+//!   first, so that the transition that ends the outage still reaches a
+//!   subscriber that keeps the breaker's state (such as
+//!   `metrics::spawn_publisher`'s state gauge).
 //! * **Panics are contained**: a subscriber that panics is caught
 //!   (`catch_unwind`), reported once at ERROR via `tracing`, and keeps its
 //!   subscription: one bad event should not silence monitoring for good, and
@@ -34,7 +39,7 @@
 
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, OnceLock, PoisonError, RwLock, Weak};
 use std::time::{Duration, Instant};
@@ -261,6 +266,10 @@ struct Subscriber {
 /// What the delivery thread reads: the subscribers.
 struct Shared {
     subscribers: RwLock<Vec<Arc<Subscriber>>>,
+    /// Events in the queue (counted before they are sent, uncounted when
+    /// received or not sent): what decides that a rejection is dropped to
+    /// keep room for transitions.
+    queued: AtomicUsize,
 }
 
 enum Message {
@@ -328,7 +337,10 @@ impl Shared {
     fn run(self: Arc<Self>, queue: Receiver<Message>) {
         while let Ok(message) = queue.recv() {
             match message {
-                Message::Event(event) => self.deliver(&event),
+                Message::Event(event) => {
+                    self.queued.fetch_sub(1, Ordering::Relaxed);
+                    self.deliver(&event);
+                }
                 Message::Flush(done) => {
                     let _ = done.try_send(());
                 }
@@ -345,6 +357,13 @@ impl EventHub {
     /// stuck.
     pub const QUEUE_CAPACITY: usize = 1024;
 
+    /// Of [`QUEUE_CAPACITY`](Self::QUEUE_CAPACITY), the places only a
+    /// [`BreakerEvent::StateTransition`] may take: other events are dropped
+    /// once the rest is full. A breaker makes few transitions (each open
+    /// lasts its wait), so 256 is minutes of a flapping breaker's, while a
+    /// flood of rejections cannot crowd out the one that says it closed.
+    pub const RESERVED_FOR_TRANSITIONS: usize = 256;
+
     pub(crate) fn new() -> Arc<EventHub> {
         Arc::new(EventHub {
             anyone: AtomicBool::new(false),
@@ -352,6 +371,7 @@ impl EventHub {
             dropped: AtomicU64::new(0),
             shared: Arc::new(Shared {
                 subscribers: RwLock::new(Vec::new()),
+                queued: AtomicUsize::new(0),
             }),
             queue: OnceLock::new(),
         })
@@ -404,9 +424,9 @@ impl EventHub {
             return;
         }
         match self.queue.get() {
-            Some(Some(queue)) => match queue.try_send(Message::Event(event.clone())) {
+            Some(Some(queue)) => match self.try_queue(queue, event) {
                 Ok(()) => {}
-                Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                Err(()) => {
                     if self.dropped.fetch_add(1, Ordering::Relaxed) == 0 {
                         #[cfg(feature = "tracing")]
                         tracing::warn!(
@@ -420,6 +440,26 @@ impl EventHub {
             Some(None) => self.shared.deliver(event),
             None => {}
         }
+    }
+
+    /// Queues `event` if there is room for it: a transition while the queue
+    /// is not full, another event while the places reserved for
+    /// transitions are free too.
+    fn try_queue(&self, queue: &SyncSender<Message>, event: &BreakerEvent) -> Result<(), ()> {
+        let limit = match event {
+            BreakerEvent::StateTransition { .. } => Self::QUEUE_CAPACITY,
+            _ => Self::QUEUE_CAPACITY - Self::RESERVED_FOR_TRANSITIONS,
+        };
+        let queued = &self.shared.queued;
+        // Counted before it is sent: the delivery thread uncounts it when
+        // received, which may be before `try_send` returns.
+        if queued.fetch_add(1, Ordering::Relaxed) >= limit {
+            queued.fetch_sub(1, Ordering::Relaxed);
+            return Err(());
+        }
+        queue.try_send(Message::Event(event.clone())).map_err(|_| {
+            queued.fetch_sub(1, Ordering::Relaxed);
+        })
     }
 
     /// Waits until every event queued before this call has been delivered,
