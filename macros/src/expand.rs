@@ -516,7 +516,7 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
                         match #engine.await {
                             ::core::result::Result::Ok(#value) => #from_result(::core::result::Result::Ok(#value)),
                             ::core::result::Result::Err(#error) => {
-                                let #held = #krate::__private::fallback_served(&#policy_ident);
+                                let #held = #krate::__private::fallback_served(&#policy_ident, &#in_flight);
                                 let #answer = #call_fallback;
                                 #krate::__private::fallback_ended(#held, #is_failure(&#answer));
                                 #answer

@@ -740,13 +740,11 @@ impl<C> Call<C> {
             }
             Err((error, outcome)) => {
                 // The expansion answers every error of such a call with
-                // its fallback.
-                let outcome = if self.policy.fallback {
-                    CallOutcome::Fallback
-                } else {
-                    outcome
-                };
-                telemetry::call_ended(self.policy, &self.began, outcome);
+                // its fallback, and counts the call once it has answered
+                // (`__private::fallback_ended`).
+                if !self.policy.fallback {
+                    telemetry::call_ended(self.policy, &self.began, outcome);
+                }
                 Err(error)
             }
         }

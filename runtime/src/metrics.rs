@@ -80,7 +80,8 @@ use crate::{ErrorKind, Registry, State};
 /// deadline); `refused` (the library refused to run it: breaker open,
 /// bulkhead full, load shed, a deadline already passed, shutting down);
 /// `fallback` (the call failed and its fallback answered); `cancelled`
-/// (its caller dropped it before it ended: the caller's own timeout, a
+/// (its caller dropped it before it ended, its fallback included, or a
+/// panic unwound it: the caller's own timeout, a
 /// `select!` that chose another branch, a client gone; neither a success
 /// nor a failure of the dependency, so no breaker counts it, but a
 /// dependency that hangs under callers' own timeouts shows here). With
@@ -90,7 +91,8 @@ use crate::{ErrorKind, Registry, State};
 pub const CALLS: &str = "resilient_calls_total";
 
 /// Histogram, seconds: how long annotated calls took, first attempt to
-/// result, sleeps between retries included.
+/// result, sleeps between retries included (and, for `fallback`, the
+/// fallback's own time, to its answer).
 ///
 /// Labels: `function`; `outcome` as in [`CALLS`] (without `reason`).
 pub const CALL_DURATION: &str = "resilient_call_duration_seconds";

@@ -26,19 +26,21 @@ pub use linkme;
 /// never reports its give-up to enclosing layers (see `Policy::fallback`),
 /// so they judge it by what the fallback returns.
 ///
-/// Metrics count the call (`outcome="fallback"`) in the engine, which knows
-/// the call has a fallback; this only traces it (WARN: a caller got a
-/// degraded answer).
+/// This traces it (WARN: a caller got a degraded answer); the call is
+/// counted once the fallback has answered ([`fallback_ended`]: served, and
+/// `outcome="fallback"` with the time from the call's start to the
+/// fallback's answer), or as `cancelled` if it is dropped (or panics)
+/// before that. The engine counts nothing for a failed call that has a
+/// fallback.
 ///
 /// The retry budget the call's failure would report is reported as a
 /// sibling's that succeeded (the requests the call sent down); the returned
 /// value reports it as a failure's if the fallback returns an error too
 /// ([`fallback_ended`]).
-pub fn fallback_served(policy: &'static Policy) -> FallbackBudget {
+pub fn fallback_served(policy: &'static Policy, hold: &FallbackHold) -> FallbackBudget {
     // Taken before anything of the user's (a metrics recorder, a tracing
     // layer) runs, so that a panic there cannot leave it held.
     let budget = crate::frame::take_held_for_fallback();
-    crate::Registry::count_fallback_served(policy.function());
     // The call's span has closed with the call: the event names its parts
     // as the span did, so that it is found with the call's other events.
     #[cfg(feature = "tracing")]
@@ -54,20 +56,46 @@ pub fn fallback_served(policy: &'static Policy) -> FallbackBudget {
         );
     }
     crate::frame::report_budget(budget.clone());
-    FallbackBudget(budget)
+    FallbackBudget {
+        budget,
+        policy,
+        began: hold.began,
+        answered: false,
+    }
 }
 
-/// The retry budget of a call its fallback answers, until it has answered.
+/// A call its fallback answers, until it has answered: its retry budget,
+/// and when it began (for its duration).
 #[derive(Debug)]
 #[must_use]
-pub struct FallbackBudget(Option<crate::frame::BudgetRef>);
+pub struct FallbackBudget {
+    budget: Option<crate::frame::BudgetRef>,
+    policy: &'static Policy,
+    began: crate::telemetry::Began,
+    answered: bool,
+}
 
-/// The fallback answered: with an error (`failed`), the call failed its
-/// caller after all, and an enclosing retry asks its budget (see
-/// [`fallback_served`]).
-pub fn fallback_ended(budget: FallbackBudget, failed: bool) {
+/// Dropped before its fallback answered (the caller's timeout, a
+/// `select!`, a panicking fallback): the call was cancelled, and no
+/// fallback was served.
+impl Drop for FallbackBudget {
+    fn drop(&mut self) {
+        if !self.answered {
+            crate::telemetry::call_cancelled(self.policy, &self.began);
+        }
+    }
+}
+
+/// The fallback answered: the call is counted (served, and its metrics
+/// with the time from its start); with an error (`failed`), the call
+/// failed its caller after all, and an enclosing retry asks its budget
+/// (see [`fallback_served`]).
+pub fn fallback_ended(mut served: FallbackBudget, failed: bool) {
+    served.answered = true;
+    crate::Registry::count_fallback_served(served.policy.function());
+    crate::telemetry::fallback_answered(served.policy, &served.began);
     if failed {
-        crate::frame::report_failed_budget(budget.0);
+        crate::frame::report_failed_budget(served.budget.take());
     }
 }
 
@@ -432,16 +460,22 @@ pub fn final_error<R: ReturnsResult>(error: R::Error) -> R::Error {
 /// fallback still runs. Taken as the call is (admitted while draining only
 /// when nested in work in flight), so the fallback of a call a drain
 /// refused is not waited for.
+/// It also keeps when the call began: a call its fallback answers is
+/// timed to the fallback's answer.
 #[derive(Debug)]
-pub struct FallbackHold(Option<crate::shutdown::InFlight>);
+pub struct FallbackHold {
+    in_flight: Option<crate::shutdown::InFlight>,
+    began: crate::telemetry::Began,
+}
 
 /// Taken by the expansion before a call with a fallback begins.
 pub fn fallback_hold() -> FallbackHold {
-    FallbackHold(
-        crate::shutdown::admit(crate::frame::in_call())
+    FallbackHold {
+        in_flight: crate::shutdown::admit(crate::frame::in_call())
             .ok()
             .flatten(),
-    )
+        began: crate::telemetry::began(None),
+    }
 }
 
 /// Spanned at the fallback's path by the expansion. Returns an opaque
@@ -456,7 +490,7 @@ pub fn fallback<R, F: FallbackFuture<R>>(
     fut: F,
 ) -> impl std::future::Future<Output = R> {
     let deadline = crate::current_deadline();
-    let frame = if held.0.is_some() {
+    let frame = if held.in_flight.is_some() {
         crate::frame::Frame::admitted(deadline)
     } else {
         crate::frame::Frame::transparent(deadline, false)

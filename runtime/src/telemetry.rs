@@ -161,6 +161,17 @@ pub(crate) fn call_ended(policy: &'static Policy, began: &Began, outcome: CallOu
     policy.metrics().call(outcome, began.0.elapsed());
 }
 
+/// Records a call its fallback answered, timed from the call's start to
+/// the fallback's answer.
+#[inline]
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn fallback_answered(policy: &'static Policy, began: &Began) {
+    #[cfg(feature = "metrics")]
+    policy
+        .metrics()
+        .call(CallOutcome::Fallback, began.0.elapsed());
+}
+
 /// Records a call its caller dropped before it ended (its own timeout, a
 /// `select!` that chose another branch), or that a panic unwound: counted
 /// as `cancelled`, not as an outcome of the dependency.
@@ -207,14 +218,13 @@ pub(crate) fn attempt_refused(policy: &'static Policy) {
 /// Records and traces a call refused before its first attempt.
 #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
 pub(crate) fn refused_before_start(policy: &'static Policy, span: &CallSpan, error: &Error) {
+    // A call with a fallback is counted once the fallback has answered
+    // (`fallback_answered`).
     #[cfg(feature = "metrics")]
-    {
-        let outcome = if policy_has_fallback(policy) {
-            CallOutcome::Fallback
-        } else {
-            CallOutcome::Refused(error.kind())
-        };
-        policy.metrics().call(outcome, Duration::ZERO);
+    if !policy_has_fallback(policy) {
+        policy
+            .metrics()
+            .call(CallOutcome::Refused(error.kind()), Duration::ZERO);
     }
     #[cfg(feature = "tracing")]
     span.in_scope(|| {

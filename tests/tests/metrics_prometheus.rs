@@ -125,8 +125,20 @@ async fn fails_then_hangs() -> Result<u32, E> {
     Ok(1)
 }
 
+/// Answers after 30 ms: the call's duration includes them.
 async fn degraded(_error: E) -> Result<u32, E> {
+    tokio::time::sleep(Duration::from_millis(30)).await;
     Ok(0)
+}
+
+async fn never_answers(_error: E) -> Result<u32, E> {
+    std::future::pending().await
+}
+
+/// Its fallback never answers: its caller's timeout cuts it there.
+#[resilient(fallback = never_answers)]
+async fn cut_in_its_fallback() -> Result<u32, E> {
+    Err(E::Unavailable)
 }
 
 #[resilient(retries = 1, idempotent, base_ms = 1, cap_ms = 1, fallback = degraded)]
@@ -243,6 +255,10 @@ async fn a_prometheus_scrape_shows_calls_attempts_retries_and_every_part() {
     assert!(registry.scope(hangs()).await.is_err());
     // The fallback answers.
     assert_eq!(registry.scope(with_fallback()).await.unwrap(), 0);
+    // The caller's timeout cuts a call while its fallback runs: cancelled,
+    // not served.
+    let cut = tokio::time::timeout(Duration::from_millis(20), cut_in_its_fallback()).await;
+    assert!(cut.is_err(), "cut while its fallback waits");
 
     // The caller's timeout cuts a call during its backoff: no retry made.
     let cut = tokio::time::timeout(Duration::from_millis(20), backs_off_a_minute()).await;
@@ -322,6 +338,35 @@ async fn a_prometheus_scrape_shows_calls_attempts_retries_and_every_part() {
     assert_eq!(calls(&format!("{F}hangs"), "timeout"), 1.0);
     assert_eq!(calls(&format!("{F}with_fallback"), "fallback"), 1.0);
     assert_eq!(calls(&format!("{F}with_fallback"), "failure"), 0.0);
+    // A call its fallback answers is timed to the answer (review 23: the
+    // fallback's time was left out).
+    let answered = get(
+        &s,
+        &format!("{}_sum", names::CALL_DURATION),
+        &[
+            ("function", &format!("{F}with_fallback")),
+            ("outcome", "fallback"),
+        ],
+    );
+    assert!(
+        (0.030..1.0).contains(&answered),
+        "the fallback took 30 ms: {answered}"
+    );
+    // One cut while its fallback ran is cancelled, and served nothing
+    // (review 23: counted as a fallback served).
+    assert_eq!(calls(&format!("{F}cut_in_its_fallback"), "cancelled"), 1.0);
+    assert_eq!(calls(&format!("{F}cut_in_its_fallback"), "fallback"), 0.0);
+    let served = |function: &str| {
+        registry
+            .snapshot()
+            .fallbacks
+            .iter()
+            .filter(|f| f.function.ends_with(function))
+            .map(|f| f.served)
+            .sum::<u64>()
+    };
+    assert_eq!(served("::with_fallback"), 1);
+    assert_eq!(served("::cut_in_its_fallback"), 0);
     assert_eq!(
         get(
             &s,
