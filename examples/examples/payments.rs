@@ -460,7 +460,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     server.abort();
 
     summary(
-        charges,
         &tally,
         &provider,
         &transitions.lock().unwrap(),
@@ -488,7 +487,6 @@ async fn stop_signal() {
 }
 
 fn summary(
-    charges: u32,
     tally: &Tally,
     provider: &provider::Provider,
     transitions: &[(Duration, resilient::State, resilient::State)],
@@ -548,7 +546,9 @@ fn summary(
     println!(
         "  requests reaching provider   {}   ({:.2} attempts per charge; 1: {}, 2: {}, 3: {}, 4: {}, none, breaker open: {})",
         provider.requests.load(Ordering::Relaxed),
-        tally.attempts.load(Ordering::Relaxed) as f64 / charges.max(1) as f64,
+        // Per charge requested: an interrupted run requests fewer than
+        // it planned.
+        tally.attempts.load(Ordering::Relaxed) as f64 / results.len().max(1) as f64,
         histogram[1],
         histogram[2],
         histogram[3],

@@ -15,9 +15,11 @@
 //! ```
 //!
 //! * [`Classify`] for [`tonic::Status`], by
-//!   [`crate::grpc::classify_code`] (A6: `UNAVAILABLE` transient,
-//!   `RESOURCE_EXHAUSTED` throttled, the rest permanent), honouring the
-//!   server's `grpc-retry-pushback-ms`.
+//!   [`crate::grpc::classify_code`] (after A6: `UNAVAILABLE` and
+//!   `DEADLINE_EXCEEDED` transient, `RESOURCE_EXHAUSTED` throttled;
+//!   `INTERNAL`, `UNKNOWN` and `DATA_LOSS` not retried but counted by a
+//!   breaker, as HTTP's 500; the rest permanent), honouring the server's
+//!   `grpc-retry-pushback-ms`.
 //! * `From<resilient::Error> for tonic::Status`: a refusal becomes
 //!   `DEADLINE_EXCEEDED` (deadline, attempt timeout) or `UNAVAILABLE`
 //!   (breaker open, bulkhead full, shed), with pushback `-1` ("do not
