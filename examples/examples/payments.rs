@@ -459,12 +459,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let elapsed = started.elapsed();
     server.abort();
 
-    summary(
-        &tally,
-        &provider,
-        &transitions.lock().unwrap(),
-        elapsed,
-    );
+    summary(&tally, &provider, &transitions.lock().unwrap(), elapsed);
     if let Some(report) = drained {
         println!("  stopped by a signal          {report}");
     }

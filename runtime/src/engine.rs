@@ -573,7 +573,17 @@ impl<C> Call<C> {
                 (Ok(value), frame_end)
             }
             Ok((Err(error), frame_end)) => {
+                // A classifier that panics unwinds the call: the attempt
+                // that ran is counted as cancelled with it, as one cut
+                // while it ran.
+                let cut = CutAttempt {
+                    policy: self.policy,
+                    number,
+                    observed: self.path.observed,
+                    began: attempt_began,
+                };
                 let verdict: Verdict = (self.classify)(&error).into();
+                cut.disarm();
                 // A nested annotated call ended on this attempt's deadline,
                 // which it inherited, a moment before this layer's own timer
                 // fired, and the body passed its refusal on: it is this

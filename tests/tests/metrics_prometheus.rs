@@ -135,6 +135,16 @@ async fn never_answers(_error: E) -> Result<u32, E> {
     std::future::pending().await
 }
 
+fn explodes(_: &E) -> Classification {
+    panic!("a classifier with a bug")
+}
+
+/// Its body fails and its classifier panics: its one attempt ran.
+#[resilient(classify = explodes)]
+async fn misclassified() -> Result<u32, E> {
+    Err(E::Unavailable)
+}
+
 /// Its fallback never answers: its caller's timeout cuts it there.
 #[resilient(fallback = never_answers)]
 async fn cut_in_its_fallback() -> Result<u32, E> {
@@ -255,6 +265,9 @@ async fn a_prometheus_scrape_shows_calls_attempts_retries_and_every_part() {
     assert!(registry.scope(hangs()).await.is_err());
     // The fallback answers.
     assert_eq!(registry.scope(with_fallback()).await.unwrap(), 0);
+    // A classifier that panics: the panic reaches the caller's task.
+    let panicked = tokio::spawn(registry.scope(misclassified())).await;
+    assert!(panicked.unwrap_err().is_panic());
     // The caller's timeout cuts a call while its fallback runs: cancelled,
     // not served.
     let cut = tokio::time::timeout(Duration::from_millis(20), cut_in_its_fallback()).await;
@@ -408,6 +421,10 @@ async fn a_prometheus_scrape_shows_calls_attempts_retries_and_every_part() {
     assert_eq!(attempts(&format!("{F}fails_then_hangs"), "failure"), 1.0);
     assert_eq!(attempts(&format!("{F}fails_then_hangs"), "cancelled"), 1.0);
     assert_eq!(retries(&format!("{F}fails_then_hangs")), 1.0);
+    // The attempt whose classifier panicked ran: counted, as cancelled
+    // with its call (review 23: not counted at all).
+    assert_eq!(cancelled("misclassified"), 1.0);
+    assert_eq!(attempts(&format!("{F}misclassified"), "cancelled"), 1.0);
     assert!(
         !s.keys().any(|(name, labels)| name == names::ATTEMPTS
             && labels.get("function").map(String::as_str)
