@@ -29,41 +29,32 @@ use tracing_subscriber::layer::SubscriberExt;
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 
-#[resilient(
-    retries = 3,
-    idempotent,
-    deadline_ms = 5000,
-    timeout_ms = 1000,
-    breaker = "no-alloc",
-    bulkhead = "no-alloc"
-)]
-async fn everything(x: u64) -> Result<u64, std::io::Error> {
-    Ok(x + 1)
+/// A function through every part, and one with retries only.
+macro_rules! success_path_functions {
+    ($everything:ident, $retries_only:ident) => {
+        #[resilient(
+            retries = 3,
+            idempotent,
+            deadline_ms = 5000,
+            timeout_ms = 1000,
+            breaker = "no-alloc",
+            bulkhead = "no-alloc"
+        )]
+        async fn $everything(x: u64) -> Result<u64, std::io::Error> {
+            Ok(x + 1)
+        }
+
+        #[resilient(retries = 2, idempotent)]
+        async fn $retries_only(x: u64) -> Result<u64, std::io::Error> {
+            Ok(x + 1)
+        }
+    };
 }
 
-#[resilient(retries = 2, idempotent)]
-async fn retries_only(x: u64) -> Result<u64, std::io::Error> {
-    Ok(x + 1)
-}
-
-// The same two functions, first called once the recorder is installed (a
-// call site registers its metric handles on its first call).
-#[resilient(
-    retries = 3,
-    idempotent,
-    deadline_ms = 5000,
-    timeout_ms = 1000,
-    breaker = "no-alloc",
-    bulkhead = "no-alloc"
-)]
-async fn everything_recorded(x: u64) -> Result<u64, std::io::Error> {
-    Ok(x + 1)
-}
-
-#[resilient(retries = 2, idempotent)]
-async fn retries_only_recorded(x: u64) -> Result<u64, std::io::Error> {
-    Ok(x + 1)
-}
+success_path_functions!(everything, retries_only);
+// The same two, first called once the recorder is installed (a call site
+// registers its metric handles on its first call).
+success_path_functions!(everything_recorded, retries_only_recorded);
 
 fn poll_once<F: Future<Output = Result<u64, std::io::Error>>>(fut: F) -> u64 {
     let mut cx = Context::from_waker(Waker::noop());
