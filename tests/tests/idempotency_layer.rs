@@ -830,3 +830,69 @@ async fn a_budget_spent_before_the_handler_runs_is_not_stored() {
     assert_eq!(retry, (StatusCode::CREATED, false, "charge 1 of 9".into()));
     assert_eq!(provider.runs.load(Ordering::SeqCst), 1);
 }
+
+/// Tells how long the handler has left, from the deadline it runs under.
+async fn time_left(body: String) -> String {
+    let left = resilient::remaining().map(|d| d.as_millis());
+    format!("{} bytes, {left:?} ms left", body.len())
+}
+
+/// With the idempotency layer outside `ResilienceLayer`, the caller's
+/// budget runs from when the request arrived, not from when its body had
+/// been read: a 400 ms upload left the handler 449 ms of a 500 ms budget,
+/// working on 350 ms after its caller gave up (review 25).
+#[tokio::test]
+async fn a_slow_upload_is_taken_off_the_callers_budget() {
+    use resilient::tower::ResilienceLayer;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tower::ServiceBuilder;
+    let router = Router::new().route("/charges", post(time_left)).layer(
+        ServiceBuilder::new()
+            .layer(IdempotencyLayer::new())
+            .layer(ResilienceLayer::new()),
+    );
+    let addr = listen(router).await;
+    let mut socket = tokio::net::TcpStream::connect(addr).await.unwrap();
+    socket
+        .write_all(
+            b"POST /charges HTTP/1.1\r\nhost: localhost\r\nrequest-budget-ms: 500\r\n\
+              idempotency-key: slow-upload\r\ncontent-length: 40\r\nconnection: close\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        socket.write_all(&[b'x'; 10]).await.unwrap();
+    }
+    let mut answer = String::new();
+    socket.read_to_string(&mut answer).await.unwrap();
+    let left: u64 = answer
+        .split("Some(")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .and_then(|ms| ms.parse().ok())
+        .unwrap_or_else(|| panic!("no time left in the answer: {answer}"));
+    // 500 ms, less the reply reserve (50 ms) and the 400 ms upload.
+    assert!(
+        left <= 60,
+        "{left} ms left after a 400 ms upload of a 500 ms budget"
+    );
+}
+
+/// A capacity meant as "every key" panicked on the first keyed request
+/// (`2 * capacity` overflowed; review 25).
+#[tokio::test]
+async fn a_capacity_of_usize_max_keeps_keys_without_a_panic() {
+    let provider = Arc::new(Provider::default());
+    let addr = serve(
+        provider.clone(),
+        IdempotencyLayer::new().capacity(usize::MAX),
+    )
+    .await;
+    assert_eq!(
+        post_charge(addr, Some("every-key"), "1").await,
+        (StatusCode::CREATED, false, "charge 1 of 1".into())
+    );
+    assert!(post_charge(addr, Some("every-key"), "1").await.1);
+    assert_eq!(provider.runs.load(Ordering::SeqCst), 1);
+}

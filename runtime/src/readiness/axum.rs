@@ -1,12 +1,21 @@
 //! The `/health/ready` endpoint for axum: 200 when ready, 503 when not,
 //! with the [`Readiness`] as a JSON body either way.
 //!
+//! Route it after any `resilient::tower::ResilienceLayer` (a `.layer`
+//! wraps only the routes before it): the layer refuses every new request
+//! while a graceful shutdown drains, so a probe behind it gets the layer's
+//! 503 (problem+json) rather than this body.
+//!
 //! ```no_run
 //! # async fn serve() {
-//! let app: axum::Router = axum::Router::new().route(
-//!     "/health/ready",
-//!     resilient::readiness::axum::route(resilient::Registry::global().clone()),
-//! );
+//! # async fn charge() {}
+//! let app: axum::Router = axum::Router::new()
+//!     .route("/charges", axum::routing::post(charge))
+//!     // .layer(resilient::tower::ResilienceLayer::new()) goes here
+//!     .route(
+//!         "/health/ready",
+//!         resilient::readiness::axum::route(resilient::Registry::global().clone()),
+//!     );
 //! # }
 //! ```
 

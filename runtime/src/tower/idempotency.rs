@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::{ResponseBody, ResponseFuture};
+use super::{Arrived, ResponseBody, ResponseFuture};
 use crate::http::{IDEMPOTENCY_KEY, PROBLEM_JSON};
 
 /// `Idempotent-Replayed: true` marks an answer served from the store (the
@@ -345,7 +345,7 @@ impl Store {
         e.order.push_back((key.to_owned(), generation));
         // Keep the order queue from growing without bound when keys are
         // replaced often.
-        if e.order.len() > 2 * self.settings.capacity {
+        if e.order.len() > self.settings.capacity.saturating_mul(2) {
             let Entries { by_key, order, .. } = &mut *e;
             order.retain(|(k, g)| by_key.get(k).is_some_and(|x| x.generation == *g));
         }
@@ -649,9 +649,16 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let store = self.store.clone();
+        // A `ResilienceLayer` inside runs the caller's budget from here: the
+        // body's upload, and any wait for the same key, are the caller's
+        // time too.
+        let arrived = Instant::now();
         Box::pin(async move {
             let max = store.settings.max_body;
-            let (parts, body) = request.into_parts();
+            let (mut parts, body) = request.into_parts();
+            if parts.extensions.get::<Arrived>().is_none() {
+                parts.extensions.insert(Arrived(arrived));
+            }
             let bytes = match Limited::new(body, max).collect().await {
                 Ok(collected) => collected.to_bytes(),
                 Err(e) if e.is::<http_body_util::LengthLimitError>() => {

@@ -169,6 +169,9 @@ where
             return Box::pin(std::future::ready(Ok(deadline_passed(grpc, false))));
         }
         let budget = budget.map(|b| b - (b / 10).min(self.max_reply_reserve));
+        // The budget runs from when a layer outside this one took the
+        // request (`IdempotencyLayer` reads the body first), else from now.
+        let arrived = request.extensions().get::<Arrived>().map(|a| a.0);
         let handler = self.inner.call(request);
         Box::pin(async move {
             // Whether the handler ran at all: a budget already spent when it
@@ -188,8 +191,12 @@ where
                 // Observed around the deadline, so that what nested calls
                 // did is known also when the deadline cuts the handler.
                 crate::observe(async move {
-                    match budget {
-                        Some(budget) => crate::with_deadline(budget, handler).await.ok(),
+                    let deadline = budget.and_then(|b| match arrived {
+                        Some(at) => at.checked_add(b),
+                        None => tokio::time::Instant::now().checked_add(b),
+                    });
+                    match deadline {
+                        Some(at) => crate::with_deadline_at(at, handler).await.ok(),
                         None => Some(handler.await),
                     }
                 })
@@ -229,6 +236,13 @@ where
         })
     }
 }
+
+/// When a layer of this module outside [`Resilience`] took the request: the
+/// caller's budget runs from then, not from when the request, its body
+/// read, reaches [`Resilience`]. Set by [`IdempotencyLayer`], unless a
+/// layer further out set it first.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Arrived(pub(crate) tokio::time::Instant);
 
 /// The answer of a draining instance to a new request: 503 (gRPC
 /// `UNAVAILABLE`), which a client may retry on another instance.
