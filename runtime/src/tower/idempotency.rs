@@ -308,6 +308,31 @@ impl Store {
                 };
             }
         }
+        // Expired answers at the front of the order go now, so that their
+        // memory does not wait for the store to fill up (capacity times the
+        // largest answer kept): amortized, each key is swept once.
+        while let Some((old, generation)) = e.order.front() {
+            let stale = match e.by_key.get(old) {
+                Some(x) if x.generation == *generation => match x.state {
+                    EntryState::Done { until, .. } => until <= now,
+                    EntryState::Running(_) => false,
+                },
+                // Replaced or forgotten since: only its place in the order.
+                _ => true,
+            };
+            if !stale {
+                break;
+            }
+            let Some((old, generation)) = e.order.pop_front() else {
+                break;
+            };
+            if e.by_key
+                .get(&old)
+                .is_some_and(|x| x.generation == generation)
+            {
+                e.by_key.remove(&old);
+            }
+        }
         // Absent or expired: this request runs. Make room first, oldest
         // first, but never by forgetting a key whose request still runs: a
         // repeat of it would run the handler a second time.
@@ -759,5 +784,61 @@ where
                 }
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer() -> Option<Arc<Stored>> {
+        Some(Arc::new(Stored {
+            status: StatusCode::CREATED,
+            headers: HeaderMap::new(),
+            body: Bytes::from_static(b"done"),
+        }))
+    }
+
+    /// Expired answers are let go as new keys arrive, not only once the
+    /// store is full (review 25: a store that filled once kept its answers,
+    /// up to capacity times the largest, for good).
+    #[tokio::test(start_paused = true)]
+    async fn expired_answers_are_let_go_before_the_store_is_full() {
+        let store = Store::new(100, Duration::from_secs(60), 1 << 20);
+        for key in ["a", "b", "c"] {
+            let Claim::Run(_tx, generation) = store.claim(key, 1) else {
+                panic!("a new key runs");
+            };
+            store.finish(key, generation, answer());
+        }
+        assert!(matches!(store.claim("a", 1), Claim::Replay(_)));
+        tokio::time::advance(Duration::from_secs(61)).await;
+        let Claim::Run(_tx, _) = store.claim("d", 1) else {
+            panic!("a new key runs");
+        };
+        let e = store.entries.lock().unwrap();
+        let mut kept: Vec<&str> = e.by_key.keys().map(String::as_str).collect();
+        kept.sort_unstable();
+        assert_eq!(kept, ["d"], "the expired answers are gone");
+        assert_eq!(e.order.len(), 1);
+    }
+
+    /// A key whose request still runs stops the sweep: it is never
+    /// forgotten, and what comes after it waits for the next sweep.
+    #[tokio::test(start_paused = true)]
+    async fn a_running_key_is_never_swept() {
+        let store = Store::new(100, Duration::from_secs(60), 1 << 20);
+        let Claim::Run(_running, _) = store.claim("slow", 1) else {
+            panic!("a new key runs");
+        };
+        let Claim::Run(_tx, generation) = store.claim("fast", 1) else {
+            panic!("a new key runs");
+        };
+        store.finish("fast", generation, answer());
+        tokio::time::advance(Duration::from_secs(61)).await;
+        let Claim::Run(_tx, _) = store.claim("next", 1) else {
+            panic!("a new key runs");
+        };
+        assert!(matches!(store.claim("slow", 1), Claim::Wait(_)));
     }
 }
