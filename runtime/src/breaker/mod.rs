@@ -185,7 +185,7 @@ impl Breaker {
             #[cfg(feature = "metrics")]
             transitions: [const { AtomicU64::new(0) }; STATE_COUNT * STATE_COUNT],
             events,
-            order: Mutex::new(Order::default()),
+            order: Mutex::new(Order::new()),
         }
     }
 
@@ -430,8 +430,9 @@ impl Breaker {
     }
 
     /// Tells the subscribers and the log about transitions this caller
-    /// made (one, or a record's two). Allocates nothing: the reason is a
-    /// `Copy` value, formatted only by a tracing subscriber that wants it,
+    /// made (one, or a record's two). Allocates nothing (unless two
+    /// announcements cross, and one must wait for the other): the reason is
+    /// a `Copy` value, formatted only by a tracing subscriber that wants it,
     /// and events are queued without allocating. Queued first, for all of
     /// them: the log runs a tracing subscriber's code, which may panic,
     /// and a transition left unqueued would hold back the next ones (see
@@ -525,8 +526,10 @@ impl Breaker {
 /// transition itself.
 type Events = [Option<BreakerEvent>; 3];
 
-/// How many transitions may wait for an earlier one to be announced.
-const PARKED: usize = 4;
+/// How many transitions may wait for an earlier one to be announced: far
+/// more than a breaker makes while one thread is preempted between making
+/// a transition and announcing it (review 26 saw 4 overflow on two cores).
+const PARKED: usize = 4096;
 
 /// Puts a breaker's transitions in the order they were made. Each changes
 /// the state word from one generation to the next, but two threads that
@@ -534,37 +537,54 @@ const PARKED: usize = 4;
 /// the other way round (review 22 saw subscribers get `closed -> open`
 /// after the `open -> half_open` that followed it). So a transition is
 /// queued only once the one before it (the transition into its `from`
-/// generation) has been; a transition that comes early waits here, and is
-/// queued by the one it waited for. Every transition is announced right
-/// after it is made, with nothing between that can fail, so the wait is
-/// short; should one never come, the waiting ones are queued in their
-/// order once `PARKED` wait.
-#[derive(Default)]
+/// generation) has been, starting from the breaker's first generation; a
+/// transition that comes early waits here, and is queued by the one it
+/// waited for. Every transition is announced right after it is made, with
+/// nothing between that can fail, so the wait lasts at most as long as the
+/// thread that made the earlier one is kept off the processor. Only if
+/// `PARKED` wait are they queued in their order without it.
 struct Order {
-    /// The generation the last queued transition made.
-    last: Option<u32>,
-    parked: [Option<((u32, u32), Events)>; PARKED],
+    /// The generation the last queued transition made (the breaker's
+    /// first, 0, before any).
+    last: u32,
+    /// Transitions waiting for an earlier one: empty, and unallocated,
+    /// unless two announcements crossed.
+    parked: Vec<((u32, u32), Events)>,
+    /// How many may wait: `PARKED`.
+    limit: usize,
 }
 
 impl Order {
+    /// For a breaker whose state word starts at generation 0.
+    fn new() -> Order {
+        Order::starting_at(0, PARKED)
+    }
+
+    fn starting_at(last: u32, limit: usize) -> Order {
+        Order {
+            last,
+            parked: Vec::new(),
+            limit,
+        }
+    }
+
     fn admit(&mut self, generations: (u32, u32), events: Events, hub: &EventHub) {
-        if self.last.is_none_or(|last| last == generations.0) {
+        if generations.0 == self.last {
             self.queue(generations, events, hub);
             self.release(hub);
             return;
         }
-        if let Some(slot) = self.parked.iter_mut().find(|p| p.is_none()) {
-            *slot = Some((generations, events));
+        if self.parked.len() < self.limit {
+            self.parked.push((generations, events));
             return;
         }
         // One never came: the waiting ones and this one go, earliest
         // (nearest after the last queued) first.
-        let last = self.last.unwrap_or(0);
-        let mut waiting: [Option<((u32, u32), Events)>; PARKED + 1] =
-            std::array::from_fn(|i| self.parked.get_mut(i).and_then(Option::take));
-        waiting[PARKED] = Some((generations, events));
-        waiting.sort_unstable_by_key(|p| p.as_ref().map(|(g, _)| generations_after(g.0, last)));
-        for (g, e) in waiting.into_iter().flatten() {
+        self.parked.push((generations, events));
+        let last = self.last;
+        let mut waiting = std::mem::take(&mut self.parked);
+        waiting.sort_unstable_by_key(|(g, _)| generations_after(g.0, last));
+        for (g, e) in waiting {
             self.queue(g, e, hub);
         }
     }
@@ -573,19 +593,14 @@ impl Order {
         for event in events.iter().flatten() {
             hub.emit(event);
         }
-        self.last = Some(generations.1);
+        self.last = generations.1;
     }
 
     /// Queues the waiting transitions whose turn has come.
     fn release(&mut self, hub: &EventHub) {
-        while let Some(i) = self
-            .parked
-            .iter()
-            .position(|p| matches!(p, Some((g, _)) if Some(g.0) == self.last))
-        {
-            if let Some((g, e)) = self.parked[i].take() {
-                self.queue(g, e, hub);
-            }
+        while let Some(i) = self.parked.iter().position(|(g, _)| g.0 == self.last) {
+            let (g, e) = self.parked.swap_remove(i);
+            self.queue(g, e, hub);
         }
     }
 }
@@ -888,7 +903,14 @@ mod order_tests {
         ]
     }
 
+    /// How many may wait in these tests.
+    const LIMIT: usize = 4;
+
     fn delivered(admitted: &[(u32, u32)]) -> Vec<u32> {
+        delivered_from(0, admitted)
+    }
+
+    fn delivered_from(start: u32, admitted: &[(u32, u32)]) -> Vec<u32> {
         let hub = EventHub::new();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let sub = {
@@ -899,7 +921,7 @@ mod order_tests {
                 }
             })
         };
-        let mut order = Order::default();
+        let mut order = Order::starting_at(start, LIMIT);
         for &g in admitted {
             order.admit(g, events(g.1), &hub);
         }
@@ -919,24 +941,35 @@ mod order_tests {
         assert_eq!(delivered(&[(0, 1), (2, 3), (3, 4), (1, 2)]), [1, 2, 3, 4]);
     }
 
+    /// The breaker's first transition announced after its second: the
+    /// first was parked for good when the order started from whichever
+    /// came first (review 26).
+    #[test]
+    fn the_first_transition_may_come_second() {
+        assert_eq!(delivered(&[(1, 2), (2, 3), (0, 1)]), [1, 2, 3]);
+    }
+
     #[test]
     fn generations_wrap() {
         let top = (1 << 21) - 1;
-        assert_eq!(delivered(&[(top - 1, top), (0, 1), (top, 0)]), [top, 0, 1]);
+        assert_eq!(
+            delivered_from(top - 1, &[(top - 1, top), (0, 1), (top, 0)]),
+            [top, 0, 1]
+        );
     }
 
-    /// One that never comes holds back no more than `PARKED` transitions:
-    /// then they go, earliest first.
+    /// One that never comes holds back no more than the limit of
+    /// transitions: then they go, earliest first.
     #[test]
     fn a_transition_that_never_comes_holds_back_a_few_at_most() {
         let mut admitted = vec![(0, 1)];
         // (1, 2) never comes.
-        admitted.extend((2..=(2 + PARKED as u32)).rev().map(|g| (g, g + 1)));
-        let mut expected: Vec<u32> = (3..=(3 + PARKED as u32)).collect();
+        admitted.extend((2..=(2 + LIMIT as u32)).rev().map(|g| (g, g + 1)));
+        let mut expected: Vec<u32> = (3..=(3 + LIMIT as u32)).collect();
         expected.insert(0, 1);
         assert_eq!(delivered(&admitted), expected);
         // And the order goes on from the last one.
-        let last = 3 + PARKED as u32;
+        let last = 3 + LIMIT as u32;
         let mut more = admitted.clone();
         more.push((last, last + 1));
         expected.push(last + 1);
