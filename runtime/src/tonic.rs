@@ -19,7 +19,12 @@
 //!   `DEADLINE_EXCEEDED` transient, `RESOURCE_EXHAUSTED` throttled;
 //!   `INTERNAL`, `UNKNOWN` and `DATA_LOSS` not retried but counted by a
 //!   breaker, as HTTP's 500; the rest permanent), honouring the server's
-//!   `grpc-retry-pushback-ms`.
+//!   `grpc-retry-pushback-ms`. Two statuses tonic's client makes itself are
+//!   read for what they report: a failed connection (`CANCELLED` or
+//!   `UNKNOWN` carrying the transport's error: closed, reset, a broken
+//!   pipe) as `UNAVAILABLE`, and its own timeout (`CANCELLED` "Timeout
+//!   expired", also when a service passes it on to its caller) as
+//!   `DEADLINE_EXCEEDED`.
 //! * `From<resilient::Error> for tonic::Status`: a refusal becomes
 //!   `DEADLINE_EXCEEDED` (deadline, attempt timeout) or `UNAVAILABLE`
 //!   (breaker open, bulkhead full, shed), with pushback `-1` ("do not
@@ -38,6 +43,9 @@ use crate::grpc::{MAY_HAVE_TAKEN_EFFECT, RETRY_PUSHBACK_MS, classify_code, parse
 use crate::{Classification, Classify, ErrorKind};
 
 /// By the status code and the server's pushback; see [`crate::grpc::classify_code`].
+/// tonic's client-made statuses for a failed connection and for its own
+/// timeout are classified as `UNAVAILABLE` and `DEADLINE_EXCEEDED` (see the
+/// module documentation).
 /// A status made in this process from one of the library's refusals
 /// (`From<resilient::Error>`) is that refusal: permanent, as
 /// [`resilient::Error`](crate::Error) is, for enclosing layers here; its
@@ -54,12 +62,28 @@ impl Classify for Status {
         // tonic's own client-side timeout (the `grpc-timeout` that
         // `propagate_deadline` sets) ends the request as `CANCELLED`
         // "Timeout expired", at the instant the attempt's own timer fires:
-        // the attempt timed out, as its deadline says.
+        // the attempt timed out, as its deadline says. A service that
+        // answers its caller with such a status (its own call to a
+        // dependency timed out) says the same of the chain: as
+        // `DEADLINE_EXCEEDED`, with its pushback (a `-1` after it retried:
+        // not retried, but counted, so a hung dependency opens its
+        // callers' breakers).
         if self.code() == Code::Cancelled
-            && pushback.is_none()
             && self.message() == ::tonic::TimeoutExpired(()).to_string()
         {
-            return Classification::Transient;
+            return classify_code(Code::DeadlineExceeded as i32, pushback)
+                .unwrap_or(Classification::Transient);
+        }
+        // tonic's client reports a failed connection (closed before or
+        // after the request went out, reset, a broken pipe, an HTTP/2
+        // stream reset) as `CANCELLED` or `UNKNOWN`, a status made in this
+        // process from the transport's error, which it keeps as its
+        // source; off the wire a status has no source. gRPC's own clients
+        // report these as `UNAVAILABLE`: a connection failure, retried and
+        // counted.
+        if connection_failed(self) {
+            return classify_code(Code::Unavailable as i32, pushback)
+                .unwrap_or(Classification::Transient);
         }
         classify_code(self.code() as i32, pushback).unwrap_or(Classification::Permanent)
     }
@@ -90,6 +114,15 @@ impl Classify for Status {
 /// RFC 8941 §3.3.6, that is true).
 fn says_true(value: &[u8]) -> bool {
     value.trim_ascii() == b"?1"
+}
+
+/// A status tonic's client made from a failure of the connection: `CANCELLED`
+/// or `UNKNOWN` with the transport's error as its source (not one of the
+/// library's refusals, which `refusal` finds).
+fn connection_failed(status: &Status) -> bool {
+    matches!(status.code(), Code::Cancelled | Code::Unknown)
+        && std::error::Error::source(status).is_some()
+        && refusal(status).is_none()
 }
 
 /// The library's refusal a status was made from in this process.
@@ -144,13 +177,23 @@ mod sealed {
 pub trait RequestExt: sealed::Sealed {
     /// Sets the current task's remaining deadline ([`crate::remaining`]) as
     /// the request's timeout, which tonic sends as `grpc-timeout` (rounded
-    /// up, never shortened); no change without a deadline.
+    /// up, never shortened); no change without a deadline, or when the
+    /// request already has a shorter timeout (`set_timeout`): the sooner
+    /// of the two is kept.
     fn propagate_deadline(&mut self);
 }
 
 impl<T> RequestExt for ::tonic::Request<T> {
     fn propagate_deadline(&mut self) {
         if let Some(budget) = crate::remaining() {
+            let set = self
+                .metadata()
+                .get("grpc-timeout")
+                .and_then(|v| v.to_str().ok()?.parse::<crate::GrpcTimeout>().ok())
+                .map(crate::GrpcTimeout::duration);
+            if set.is_some_and(|set| set <= budget) {
+                return;
+            }
             // tonic's `set_timeout` writes its own encoding of grpc-timeout;
             // ours never rounds down, so write it ourselves.
             let value = crate::GrpcTimeout::from(budget.max(std::time::Duration::from_nanos(1)));

@@ -420,3 +420,139 @@ async fn a_grpc_call_cut_by_its_timeout_may_have_taken_effect() {
     assert!(status.may_have_taken_effect(), "{status:?}");
     assert!(report.may_have_taken_effect(), "{report:?}");
 }
+
+/// A TCP server on loopback that takes each connection and closes it:
+/// at once (an instance going away), or once it has read `read` bytes (the
+/// HTTP/2 preface and the request's frames: the request went out).
+async fn closes_connections(read: usize) -> SocketAddr {
+    use tokio::io::AsyncReadExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let mut got = 0;
+                while got < read {
+                    let wait = Duration::from_millis(200);
+                    match tokio::time::timeout(wait, socket.read(&mut buf)).await {
+                        Ok(Ok(n)) if n > 0 => got += n,
+                        _ => break,
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[resilient(
+    retries = 2,
+    base_ms = 1,
+    cap_ms = 2,
+    deadline_ms = 3000,
+    breaker = "conn",
+    idempotent
+)]
+async fn check_conn(mut client: HealthClient<Channel>) -> Result<i32, Status> {
+    let mut request = tonic::Request::new(HealthCheckRequest {
+        service: "payments".to_owned(),
+    });
+    request.propagate_deadline();
+    Ok(client.check(request).await?.into_inner().status)
+}
+
+/// tonic's client reports a connection the server closed as `CANCELLED`
+/// (closed before the request went out) or `UNKNOWN` "transport error"
+/// (after): both were permanent or not retried, and a breaker on a
+/// dependency whose every connection closed never opened (review 28).
+/// Now a connection failure: retried, counted, as `UNAVAILABLE` is.
+#[tokio::test]
+async fn a_connection_the_server_closes_is_retried_and_opens_the_breaker() {
+    for read in [0, 60] {
+        let addr = closes_connections(read).await;
+        let registry = resilient::Registry::builder()
+            .breaker(
+                "conn",
+                resilient::BreakerConfig::default()
+                    .sliding_window(resilient::SlidingWindow::CountBased { size: 4 })
+                    .minimum_number_of_calls(4),
+            )
+            .build()
+            .unwrap();
+        let (result, report) = registry
+            .scope(resilient::observe(check_conn(client(addr))))
+            .await;
+        let status = result.unwrap_err();
+        assert!(
+            matches!(status.code(), Code::Cancelled | Code::Unknown),
+            "{status:?}"
+        );
+        assert!(status.classify().is_retryable(), "{status:?}");
+        assert_eq!(report.attempts().len(), 3, "read {read}: {report:?}");
+        // Three failures, then the fourth opens it.
+        let refused = registry.scope(check_conn(client(addr))).await.unwrap_err();
+        assert_eq!(refused.is_refusal(), Some(true), "{refused:?}");
+        assert_eq!(
+            registry.breaker("conn").unwrap().state(),
+            resilient::State::Open
+        );
+    }
+}
+
+/// A service whose call to a hung dependency timed out (tonic's own
+/// `CANCELLED` "Timeout expired") and answers its caller with that status,
+/// marked not to retry since it retried itself: its caller's breaker must
+/// count it (review 28: permanent, so a hung dependency never opened the
+/// breakers of its callers' callers).
+#[test]
+fn a_timeout_passed_on_by_a_service_counts_for_its_callers_breaker() {
+    let timed_out = || Status::cancelled(tonic::TimeoutExpired(()).to_string());
+    assert_eq!(timed_out().classify(), Classification::Transient);
+    let mut passed_on = timed_out();
+    passed_on
+        .metadata_mut()
+        .insert("grpc-retry-pushback-ms", "-1".parse().unwrap());
+    assert_eq!(
+        passed_on.classify(),
+        Classification::DoNotRetry { retry_after: None }
+    );
+    // A `CANCELLED` off the wire, with no source, is the caller's own
+    // cancellation: permanent, as before.
+    assert_eq!(
+        Status::cancelled("the client went away").classify(),
+        Classification::Permanent
+    );
+}
+
+/// `propagate_deadline` keeps a shorter timeout already set on the request
+/// (review 28: it replaced 50 ms with the 2 s the deadline left).
+#[tokio::test]
+async fn propagate_deadline_keeps_a_shorter_timeout() {
+    let sent = |set: Duration| async move {
+        resilient::with_deadline(Duration::from_secs(2), async move {
+            let mut request = tonic::Request::new(());
+            request.set_timeout(set);
+            request.propagate_deadline();
+            let value = request.metadata().get("grpc-timeout").unwrap();
+            value
+                .to_str()
+                .unwrap()
+                .parse::<resilient::GrpcTimeout>()
+                .unwrap()
+                .duration()
+        })
+        .await
+        .unwrap()
+    };
+    assert_eq!(
+        sent(Duration::from_millis(50)).await,
+        Duration::from_millis(50)
+    );
+    let longer = sent(Duration::from_secs(10)).await;
+    assert!(longer <= Duration::from_secs(2), "{longer:?}");
+    assert!(longer > Duration::from_millis(1900), "{longer:?}");
+}
