@@ -267,3 +267,23 @@ fn window_remove_racing_the_rotation_of_its_slot_takes_nothing_twice() {
         assert!(first <= 1 && second == 0, "({first}, {second})");
     });
 }
+
+/// Adaptive throttling counts a request the backend accepted as a pair
+/// (`AdaptiveThrottle::record` calls `add_pair`): a reader racing the
+/// count never sees the request without its accept, which it would read as
+/// a refusal (`requests > accepts` on a healthy backend: shed with
+/// probability 1/2 on a young window; review 27).
+#[test]
+fn window_a_pair_is_never_read_half_counted() {
+    loom::model(|| {
+        let window = Arc::new(Window::new(1_000, 2));
+        let other = {
+            let window = window.clone();
+            thread::spawn(move || window.add_pair(0, true))
+        };
+        let (first, second) = window.totals(0);
+        assert!(first <= second, "read ({first}, {second})");
+        other.join().unwrap();
+        assert_eq!(window.totals(0), (1, 1));
+    });
+}

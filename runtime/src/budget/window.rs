@@ -114,6 +114,19 @@ impl Window {
         self.slot(epoch).counts[which].fetch_add(1, Ordering::AcqRel);
     }
 
+    /// Counts one event of kind [`FIRST`] and, with `second`, one of kind
+    /// [`SECOND`] that goes with it (a request and its accept): the second
+    /// first. [`totals`](Self::totals) reads the first total first, so a
+    /// reader that sees the first event sees the second with it: a
+    /// throttle never reads an accepted request as a refused one (review
+    /// 27: half the calls of a burst to a healthy backend were shed).
+    pub(crate) fn add_pair(&self, now: u64, second: bool) {
+        if second {
+            self.add(now, SECOND);
+        }
+        self.add(now, FIRST);
+    }
+
     /// Counts one event of kind `which` at `now` if `allow(first, second)`
     /// holds for the totals just before it, and says whether it did. The
     /// check and the increment are one compare-and-swap on the total of

@@ -174,7 +174,11 @@ impl ThrottleConfig {
 /// ```
 ///
 /// While the backend accepts everything, `requests = accepts` and nothing is
-/// shed. Once it accepts fewer than `1/K` of the requests, the client sends
+/// shed. (Annotated calls count a request when its answer is in, with its
+/// accept. By hand, [`admit`](Self::admit) counts the request as it is
+/// sent and [`on_outcome`](Self::on_outcome) its accept when the answer
+/// comes: requests in flight count as not yet accepted, so a throttle with
+/// little history may shed while several are in flight.) Once it accepts fewer than `1/K` of the requests, the client sends
 /// roughly `K × accepts` and sheds the rest; a shed request still counts in
 /// `requests`, so the pressure to shed persists until the backend accepts
 /// again. The book recommends K = 2: it lets through twice what the backend
@@ -294,11 +298,8 @@ impl AdaptiveThrottle {
 
     /// Counts one request that reached the backend, and whether it accepted it.
     pub(crate) fn record(&self, accepted: bool, now: Instant) {
-        let now = self.nanos(now);
-        self.window.add(now, REQUESTS);
-        if accepted {
-            self.window.add(now, ACCEPTS);
-        }
+        const _: () = assert!(REQUESTS == window::FIRST && ACCEPTS == window::SECOND);
+        self.window.add_pair(self.nanos(now), accepted);
     }
 
     /// Records whether the backend accepted a request admitted by
