@@ -117,17 +117,24 @@ fn says_true(value: &[u8]) -> bool {
 }
 
 /// A status tonic's client made from a failure of the connection: `CANCELLED`
-/// or `UNKNOWN` with the transport's error as its source (not one of the
-/// library's refusals, which `refusal` finds).
+/// or `UNKNOWN` whose source chain holds HTTP/2 transport's error (hyper's
+/// or h2's), not one of the library's refusals. A status a user made from
+/// an error of their own (`Status::from_error`) is not one (review 29).
 fn connection_failed(status: &Status) -> bool {
     matches!(status.code(), Code::Cancelled | Code::Unknown)
-        && std::error::Error::source(status).is_some()
         && refusal(status).is_none()
+        && sources(status).any(|e| e.is::<hyper::Error>() || e.is::<h2::Error>())
 }
 
-/// The library's refusal a status was made from in this process.
+/// The errors a status was made from, nearest first.
+fn sources(status: &Status) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
+    std::iter::successors(std::error::Error::source(status), |e| e.source())
+}
+
+/// The library's refusal a status was made from in this process, also when
+/// the user's own error type carried it (`Status::from_error`).
 fn refusal(status: &Status) -> Option<&crate::Error> {
-    std::error::Error::source(status)?.downcast_ref::<crate::Error>()
+    sources(status).find_map(|e| e.downcast_ref::<crate::Error>())
 }
 
 /// `true` for the codes after which the server may have done the work:

@@ -201,6 +201,7 @@ fn finishes_within<T: Send + 'static>(
 /// showed `open` for good after the breaker closed: review 23).
 #[test]
 fn a_blocked_subscriber_delays_no_call_and_gets_a_prefix_of_the_events_in_order() {
+    let _one_at_a_time = DROP_WARNING.lock().unwrap_or_else(|e| e.into_inner());
     let b = Arc::new(Breaker::new("dep", window_of_four()).unwrap());
     let (release, blocked) = mpsc::channel::<()>();
     let blocked = Mutex::new(blocked);
@@ -502,4 +503,78 @@ fn transitions_of_concurrent_calls_form_one_chain_from_the_start() {
         });
     }
     assert!(total > 1000, "the calls made transitions: {total}");
+}
+
+/// The tests that make a breaker drop events run one at a time: the drop
+/// warning's callsite is shared, and one test's thread (with no
+/// subscriber) and another's (with a scoped one) interfere in how tracing
+/// caches whether it is wanted.
+static DROP_WARNING: Mutex<()> = Mutex::new(());
+
+/// A tracing layer that panics on the event queue's drop warning.
+struct PanicsOnDropWarning;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for PanicsOnDropWarning {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        struct Message(String);
+        impl tracing::field::Visit for Message {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" {
+                    self.0 = format!("{value:?}");
+                }
+            }
+        }
+        let mut message = Message(String::new());
+        event.record(&mut message);
+        if message.0.contains("events dropped") {
+            panic!("a tracing layer with a bug");
+        }
+    }
+}
+
+/// The queue's first drop is logged on the caller's thread while the
+/// breaker's transitions are put in order: a tracing layer that panics
+/// there held back every later transition of the breaker (review 29).
+#[test]
+fn a_panic_in_the_drop_warning_holds_back_no_later_transition() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let _one_at_a_time = DROP_WARNING.lock().unwrap_or_else(|e| e.into_inner());
+    let breaker = Breaker::new("drop-warning", window_of_four()).unwrap();
+    let (release, blocked) = mpsc::channel::<()>();
+    let blocked = Mutex::new(blocked);
+    let seen = Arc::new(Mutex::new(0usize));
+    let subscription = {
+        let seen = seen.clone();
+        breaker.subscribe(move |e| {
+            if let BreakerEvent::StateTransition { .. } = e {
+                let _ = blocked.lock().unwrap().recv();
+                *seen.lock().unwrap() += 1;
+            }
+        })
+    };
+    let flip = |i: usize| {
+        if i & 1 == 0 {
+            State::ForcedOpen
+        } else {
+            State::Closed
+        }
+    };
+    let layer = tracing_subscriber::registry().with(PanicsOnDropWarning);
+    let panicked = tracing::subscriber::with_default(layer, || {
+        (0..2 * EventHub::QUEUE_CAPACITY).find(|&i| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                breaker.transition_to(flip(i))
+            }))
+            .is_err()
+        })
+    });
+    assert!(panicked.is_some(), "the drop warning was logged");
+    drop(release);
+    assert!(subscription.flush(FLUSH));
+    let before = *seen.lock().unwrap();
+    for i in 0..10 {
+        breaker.transition_to(flip(i));
+    }
+    assert!(subscription.flush(FLUSH));
+    assert_eq!(*seen.lock().unwrap() - before, 10, "each one delivered");
 }

@@ -556,3 +556,45 @@ async fn propagate_deadline_keeps_a_shorter_timeout() {
     assert!(longer <= Duration::from_secs(2), "{longer:?}");
     assert!(longer > Duration::from_millis(1900), "{longer:?}");
 }
+
+/// An error of the caller's own, made a status with `Status::from_error`
+/// (UNKNOWN, or the code of a status in its chain, with the error as
+/// source): not a failed connection (review 29: taken for one while any
+/// source counted, and retried).
+#[derive(Debug)]
+struct Mine(Option<Box<dyn std::error::Error + Send + Sync>>);
+
+impl std::fmt::Display for Mine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("amount must be positive")
+    }
+}
+
+impl std::error::Error for Mine {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.as_deref().map(|e| e as _)
+    }
+}
+
+#[test]
+fn a_status_made_from_the_callers_own_error_keeps_its_classification() {
+    let own = Status::from_error(Box::new(Mine(None)));
+    assert_eq!(own.code(), Code::Unknown);
+    assert_eq!(
+        own.classify(),
+        Classification::DoNotRetry { retry_after: None }
+    );
+    // A status off the wire, wrapped in the caller's error and back.
+    let cancelled = Status::from_error(Box::new(Mine(Some(Box::new(Status::cancelled(
+        "the client went away",
+    ))))));
+    assert_eq!(cancelled.code(), Code::Cancelled);
+    assert_eq!(cancelled.classify(), Classification::Permanent);
+    // The library's refusal, wrapped in the caller's error and back.
+    let breaker = resilient::Breaker::new("wrapped", resilient::BreakerConfig::default()).unwrap();
+    breaker.transition_to(resilient::State::ForcedOpen);
+    let refused = breaker.try_acquire().unwrap_err();
+    let refused = Status::from_error(Box::new(Mine(Some(Box::new(refused)))));
+    assert_eq!(refused.classify(), Classification::Permanent);
+    assert_eq!(refused.is_refusal(), Some(true));
+}

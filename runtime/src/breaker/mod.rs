@@ -590,10 +590,13 @@ impl Order {
     }
 
     fn queue(&mut self, generations: (u32, u32), events: Events, hub: &EventHub) {
+        // First: `emit` logs the queue's first drop, and a tracing
+        // subscriber that panics there must not hold back the transitions
+        // after this one (review 29).
+        self.last = generations.1;
         for event in events.iter().flatten() {
             hub.emit(event);
         }
-        self.last = generations.1;
     }
 
     /// Queues the waiting transitions whose turn has come.
