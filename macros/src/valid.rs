@@ -176,9 +176,10 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
     }
 
     // The idempotency rule.
-    // A function marked `idempotent` needs no key: a parameter named like
-    // one (another library's `IdempotencyKey`) is then not checked.
-    let key_params: Vec<usize> = if args.idempotent.is_some() {
+    // A function marked `idempotent`, or not retried, needs no key: a
+    // parameter named like one (another library's `IdempotencyKey`) is
+    // then not checked.
+    let key_params: Vec<usize> = if args.idempotent.is_some() || retries == 0 {
         Vec::new()
     } else {
         sig.inputs
@@ -198,7 +199,13 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
     };
     // A key bound to `_` cannot be sent: the body has no name for it.
     let unnamed = |i: &usize| match &sig.inputs[*i] {
-        FnArg::Typed(t) => matches!(&*t.pat, Pat::Wild(_)),
+        FnArg::Typed(t) => {
+            let mut pat = &*t.pat;
+            while let Pat::Paren(inner) = pat {
+                pat = &inner.pat;
+            }
+            matches!(pat, Pat::Wild(_))
+        }
         FnArg::Receiver(_) => false,
     };
     let always_keyed = key_params.iter().any(|i| !conditional(i) && !unnamed(i));

@@ -164,7 +164,7 @@ pub async fn admitted<F: std::future::Future>(fut: F) -> Result<F::Output, Error
 
 /// Is the process draining (new annotated calls refused)?
 pub(crate) fn is_draining() -> bool {
-    STATE.load(Ordering::Relaxed) == DRAINING
+    STATE.load(Ordering::Acquire) == DRAINING
 }
 
 /// Graceful shutdown of the annotated calls of this process.
@@ -227,8 +227,10 @@ impl GracefulShutdown {
             // The state and the shards' bits change together: a `resume`
             // racing this drain must not leave the bits set while running.
             let _transition = TRANSITION.lock().unwrap_or_else(PoisonError::into_inner);
-            STATE.store(DRAINING, Ordering::SeqCst);
+            // The shards refuse first: once `is_draining` says so, no new
+            // call is admitted (review 27 saw one admitted in between).
             gate::start_drain(shards());
+            STATE.store(DRAINING, Ordering::SeqCst);
         }
         let started = Instant::now();
         let until = started.checked_add(within);

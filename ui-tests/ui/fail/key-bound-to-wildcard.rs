@@ -8,4 +8,10 @@ async fn charge(_: &IdempotencyKey, cents: u64) -> Result<u64, std::io::Error> {
     Ok(cents)
 }
 
+// In parentheses too.
+#[resilient(retries = 3)]
+async fn refund((_): IdempotencyKey, cents: u64) -> Result<u64, std::io::Error> {
+    Ok(cents)
+}
+
 fn main() {}

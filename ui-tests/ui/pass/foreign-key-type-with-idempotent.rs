@@ -13,8 +13,16 @@ async fn fetch(key: &stripe::IdempotencyKey) -> Result<usize, std::io::Error> {
     Ok(key.0.len())
 }
 
+// Nor does a function without retries (review 29: one taking the key in
+// an `Arc` was refused once keys behind pointers were recognised).
+#[resilient(deadline_ms = 500)]
+async fn send(key: std::sync::Arc<stripe::IdempotencyKey>) -> Result<usize, std::io::Error> {
+    Ok(key.0.len())
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let key = stripe::IdempotencyKey("k".into());
     assert_eq!(fetch(&key).await.unwrap(), 1);
+    assert_eq!(send(std::sync::Arc::new(key)).await.unwrap(), 1);
 }
