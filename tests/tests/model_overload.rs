@@ -287,3 +287,22 @@ fn window_a_pair_is_never_read_half_counted() {
         assert_eq!(window.totals(0), (1, 1));
     });
 }
+
+/// The same while the pair's slot rotates out: one thread's `totals` empties
+/// the slot (requests, then accepts) while another reads, and the reader
+/// still never sees the request without its accept (review 30).
+#[test]
+fn window_a_pair_rotating_out_is_never_read_half_counted() {
+    loom::model(|| {
+        let window = Arc::new(Window::new(1_000, 2));
+        window.add_pair(0, true);
+        let other = {
+            let window = window.clone();
+            thread::spawn(move || window.totals(2_000))
+        };
+        let (first, second) = window.totals(2_000);
+        assert!(first <= second, "read ({first}, {second})");
+        other.join().unwrap();
+        assert_eq!(window.totals(2_000), (0, 0));
+    });
+}

@@ -88,6 +88,8 @@ impl Window {
                     Ordering::Acquire,
                 ) {
                     Ok(_) => {
+                        // The first count, then the second: the order
+                        // `totals` relies on.
                         for (count, total) in slot.counts.iter().zip(&self.totals) {
                             let stale = count.swap(0, Ordering::AcqRel);
                             total.fetch_sub(stale, Ordering::AcqRel);
@@ -180,13 +182,19 @@ impl Window {
         }
     }
 
-    /// The two counts over the window ending at `now`.
+    /// The two counts over the window ending at `now`. The second is never
+    /// less than what went with the first (an accept with its request):
+    /// `add_pair` counts the second first, and a rotation takes the first
+    /// count out first, so the second is read before and after the first
+    /// and the larger kept. A reader between a rotation's two subtractions
+    /// read a request without its accept (review 30); the cost is at most
+    /// a second count a moment newer than the first.
     pub(crate) fn totals(&self, now: u64) -> (u64, u64) {
         self.advance(now);
-        (
-            self.totals[FIRST].load(Ordering::Acquire),
-            self.totals[SECOND].load(Ordering::Acquire),
-        )
+        let before = self.totals[SECOND].load(Ordering::Acquire);
+        let first = self.totals[FIRST].load(Ordering::Acquire);
+        let after = self.totals[SECOND].load(Ordering::Acquire);
+        (first, before.max(after))
     }
 
     /// What the slots hold of `which`, summed; equal to the total when no
