@@ -21,10 +21,13 @@
 //!   breaker, as HTTP's 500; the rest permanent), honouring the server's
 //!   `grpc-retry-pushback-ms`. Two statuses tonic's client makes itself are
 //!   read for what they report: a failed connection (`CANCELLED` or
-//!   `UNKNOWN` carrying the transport's error: closed, reset, a broken
-//!   pipe) as `UNAVAILABLE`, and its own timeout (`CANCELLED` "Timeout
-//!   expired", also when a service passes it on to its caller) as
-//!   `DEADLINE_EXCEEDED`.
+//!   `UNKNOWN` carrying the transport's error: closed, a broken pipe) as
+//!   `UNAVAILABLE`, and its own timeout (`CANCELLED` "Timeout expired",
+//!   also when a service passes it on to its caller) as
+//!   `DEADLINE_EXCEEDED`. A stream reset on a live connection is no failed
+//!   connection: reset by the server, it is a failure of the server's (not
+//!   retried, counted; retried if `REFUSED_STREAM`, which says it was not
+//!   processed), and reset by this client (a limit of its own) permanent.
 //! * `From<resilient::Error> for tonic::Status`: a refusal becomes
 //!   `DEADLINE_EXCEEDED` (deadline, attempt timeout) or `UNAVAILABLE`
 //!   (breaker open, bulkhead full, shed), with pushback `-1` ("do not
@@ -54,6 +57,27 @@ impl Classify for Status {
     fn classify(&self) -> Classification {
         if refusal(self).is_some() {
             return Classification::Permanent;
+        }
+        // This client reset its own stream (its request broke a limit of
+        // its own, such as `max_encoding_message_size`): the caller's
+        // fault, permanent, and no failure of the server's (review 30: a
+        // healthy server's breaker opened on it).
+        if let Some(reset) = stream_reset(self) {
+            if !reset.is_remote() {
+                return Classification::Permanent;
+            }
+            // The server reset the stream on a live connection: it refused
+            // it unprocessed (`REFUSED_STREAM`, RFC 9113 §8.7: safe to
+            // retry), or it failed while handling it (a handler that
+            // panics resets with `CANCEL`): as HTTP's 500, not retried,
+            // but counted (review 30).
+            if matches!(self.code(), Code::Cancelled | Code::Unknown) {
+                return if reset.reason() == Some(h2::Reason::REFUSED_STREAM) {
+                    Classification::Transient
+                } else {
+                    Classification::DoNotRetry { retry_after: None }
+                };
+            }
         }
         let pushback = self.metadata().get(RETRY_PUSHBACK_MS).map(|v| {
             v.to_str()
@@ -119,11 +143,22 @@ fn says_true(value: &[u8]) -> bool {
 /// A status tonic's client made from a failure of the connection: `CANCELLED`
 /// or `UNKNOWN` whose source chain holds HTTP/2 transport's error (hyper's
 /// or h2's), not one of the library's refusals. A status a user made from
-/// an error of their own (`Status::from_error`) is not one (review 29).
+/// an error of their own (`Status::from_error`) is not one (review 29), nor
+/// is a stream the server reset on a live connection (`RST_STREAM`, as
+/// its handler panicking does): gRPC reads that by its code (review 30: a
+/// panicking handler ran once per attempt).
 fn connection_failed(status: &Status) -> bool {
     matches!(status.code(), Code::Cancelled | Code::Unknown)
         && refusal(status).is_none()
+        && stream_reset(status).is_none()
         && sources(status).any(|e| e.is::<hyper::Error>() || e.is::<h2::Error>())
+}
+
+/// The HTTP/2 stream reset (`RST_STREAM`) a status was made from, if any.
+fn stream_reset(status: &Status) -> Option<&h2::Error> {
+    sources(status)
+        .filter_map(|e| e.downcast_ref::<h2::Error>())
+        .find(|e| e.is_reset())
 }
 
 /// The errors a status was made from, nearest first.

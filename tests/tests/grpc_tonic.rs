@@ -598,3 +598,115 @@ fn a_status_made_from_the_callers_own_error_keeps_its_classification() {
     assert_eq!(refused.classify(), Classification::Permanent);
     assert_eq!(refused.is_refusal(), Some(true));
 }
+
+/// The health service on loopback behind a layer that panics on every
+/// request (a handler with a bug), counting the requests it got.
+async fn serve_panicking() -> (SocketAddr, Arc<std::sync::atomic::AtomicU32>) {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    let runs = Arc::new(AtomicU32::new(0));
+    let counted = runs.clone();
+    let panics = tower::layer::layer_fn(move |_inner: tonic::service::Routes| {
+        let runs = runs.clone();
+        tower::service_fn(move |_: http::Request<tonic::body::Body>| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            async move {
+                if true {
+                    panic!("a handler with a bug");
+                }
+                Ok::<http::Response<tonic::body::Body>, std::convert::Infallible>(
+                    http::Response::new(tonic::body::Body::empty()),
+                )
+            }
+        })
+    });
+    let (_reporter, health) = tonic_health::server::health_reporter();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        Server::builder()
+            .layer(panics)
+            .add_service(health)
+            .serve_with_incoming(TcpIncoming::from(listener))
+            .await
+            .unwrap()
+    });
+    (addr, counted)
+}
+
+/// A stream the server resets on a live connection (its handler panicked)
+/// is no failed connection: not retried, so the bug does not run once per
+/// attempt, but counted, as a 500 is (review 30: retried as UNAVAILABLE).
+#[tokio::test]
+async fn a_handler_that_panics_is_not_retried_but_opens_the_breaker() {
+    use std::sync::atomic::Ordering;
+    let (addr, runs) = serve_panicking().await;
+    let registry = resilient::Registry::builder()
+        .breaker(
+            "conn",
+            resilient::BreakerConfig::default()
+                .sliding_window(resilient::SlidingWindow::CountBased { size: 4 })
+                .minimum_number_of_calls(4),
+        )
+        .build()
+        .unwrap();
+    let status = registry.scope(check_conn(client(addr))).await.unwrap_err();
+    assert_eq!(
+        status.classify(),
+        Classification::DoNotRetry { retry_after: None },
+        "{status:?}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "ran once: {status:?}");
+    for _ in 0..3 {
+        registry.scope(check_conn(client(addr))).await.unwrap_err();
+    }
+    assert_eq!(
+        registry.breaker("conn").unwrap().state(),
+        resilient::State::Open
+    );
+}
+
+#[resilient(breaker = "own-limit")]
+async fn check_with_a_limit(
+    mut client: HealthClient<Channel>,
+    service: String,
+) -> Result<i32, Status> {
+    let request = tonic::Request::new(HealthCheckRequest { service });
+    Ok(client.check(request).await?.into_inner().status)
+}
+
+/// A request over the client's own size limit is reset by the client:
+/// the caller's fault, permanent, and no failure of the server's (review
+/// 30: counted, it opened a healthy server's breaker).
+#[tokio::test]
+async fn the_clients_own_oversized_request_is_not_the_servers_failure() {
+    let (addr, _) = serve().await;
+    let registry = resilient::Registry::builder()
+        .breaker(
+            "own-limit",
+            resilient::BreakerConfig::default()
+                .sliding_window(resilient::SlidingWindow::CountBased { size: 4 })
+                .minimum_number_of_calls(4),
+        )
+        .build()
+        .unwrap();
+    let limited = client(addr).max_encoding_message_size(8);
+    for _ in 0..4 {
+        let status = registry
+            .scope(check_with_a_limit(limited.clone(), "x".repeat(100)))
+            .await
+            .unwrap_err();
+        assert_eq!(status.classify(), Classification::Permanent, "{status:?}");
+    }
+    assert_eq!(
+        registry.breaker("own-limit").unwrap().state(),
+        resilient::State::Closed
+    );
+    // A request within limits goes through.
+    assert_eq!(
+        registry
+            .scope(check_with_a_limit(client(addr), "payments".into()))
+            .await
+            .unwrap(),
+        1
+    );
+}
