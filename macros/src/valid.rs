@@ -199,13 +199,7 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
     };
     // A key bound to `_` cannot be sent: the body has no name for it.
     let unnamed = |i: &usize| match &sig.inputs[*i] {
-        FnArg::Typed(t) => {
-            let mut pat = &*t.pat;
-            while let Pat::Paren(inner) = pat {
-                pat = &inner.pat;
-            }
-            matches!(pat, Pat::Wild(_))
-        }
+        FnArg::Typed(t) => binds_nothing(&t.pat),
         FnArg::Receiver(_) => false,
     };
     let always_keyed = key_params.iter().any(|i| !conditional(i) && !unnamed(i));
@@ -218,7 +212,7 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
             Some(&i) if unnamed(&i) => errors.push_spanned(
                 &sig.inputs[i],
                 format!(
-                    "`{}` may not be retried with this idempotency key: it is bound to `_`, so the body cannot send it and the server could not recognise a retry as a repeat; name it (`key: {}`) and send it with the request, or add `idempotent` if running the function twice is harmless",
+                    "`{}` may not be retried with this idempotency key: its pattern binds no name (`_`, `&_`, `Key {{ .. }}`), so the body cannot send it and the server could not recognise a retry as a repeat; name it (`key: {}`) and send it with the request, or add `idempotent` if running the function twice is harmless",
                     sig.ident,
                     match &sig.inputs[i] {
                         FnArg::Typed(t) => pretty(&t.ty),
@@ -294,6 +288,22 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
         copies_receiver,
         key_params,
     })
+}
+
+/// A pattern that gives the body no name for any part of the value: `_`,
+/// `(_)`, `&_`, `Key { .. }`, `(_, _)` (review 30: `&_` and `Key { .. }`
+/// hid an idempotency key as `_` did).
+fn binds_nothing(pat: &Pat) -> bool {
+    match pat {
+        Pat::Wild(_) | Pat::Rest(_) => true,
+        Pat::Paren(p) => binds_nothing(&p.pat),
+        Pat::Reference(r) => binds_nothing(&r.pat),
+        Pat::Tuple(t) => t.elems.iter().all(binds_nothing),
+        Pat::TupleStruct(t) => t.elems.iter().all(binds_nothing),
+        Pat::Slice(s) => s.elems.iter().all(binds_nothing),
+        Pat::Struct(s) => s.fields.iter().all(|f| binds_nothing(&f.pat)),
+        _ => false,
+    }
 }
 
 /// How a method takes `self`, as far as reusing it across attempts goes.
