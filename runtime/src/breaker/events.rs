@@ -420,26 +420,41 @@ impl EventHub {
     /// queue's slots are allocated when it is made; cloning an event clones
     /// an `Arc`).
     pub(crate) fn emit(&self, event: &BreakerEvent) {
+        if self.emit_quietly(event) {
+            Self::log_first_drop(event.name());
+        }
+    }
+
+    /// [`emit`](Self::emit) without the log line of the hub's first drop:
+    /// `true` when this was it, for the caller to log (with
+    /// [`log_first_drop`](Self::log_first_drop)) once it holds no lock: a
+    /// tracing subscriber runs there, and may panic.
+    pub(crate) fn emit_quietly(&self, event: &BreakerEvent) -> bool {
         if !self.is_observed() {
-            return;
+            return false;
         }
         match self.queue.get() {
             Some(Some(queue)) => match self.try_queue(queue, event) {
-                Ok(()) => {}
-                Err(()) => {
-                    if self.dropped.fetch_add(1, Ordering::Relaxed) == 0 {
-                        #[cfg(feature = "tracing")]
-                        tracing::warn!(
-                            breaker = event.name(),
-                            capacity = Self::QUEUE_CAPACITY,
-                            "resilient: breaker events dropped: a subscriber is too slow to keep up (further drops are counted, not logged)"
-                        );
-                    }
-                }
+                Ok(()) => false,
+                Err(()) => self.dropped.fetch_add(1, Ordering::Relaxed) == 0,
             },
-            Some(None) => self.shared.deliver(event),
-            None => {}
+            Some(None) => {
+                self.shared.deliver(event);
+                false
+            }
+            None => false,
         }
+    }
+
+    /// Logs the hub's first dropped event (later drops are counted only).
+    #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+    pub(crate) fn log_first_drop(breaker: &str) {
+        #[cfg(feature = "tracing")]
+        tracing::warn!(
+            breaker,
+            capacity = Self::QUEUE_CAPACITY,
+            "resilient: breaker events dropped: a subscriber is too slow to keep up (further drops are counted, not logged)"
+        );
     }
 
     /// Queues `event` if there is room for it: a transition while the queue

@@ -448,10 +448,16 @@ impl Breaker {
             } else {
                 Default::default()
             };
-            self.order
+            let first_drop = self
+                .order
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .admit(t.generations, events, &self.events);
+            // Logged out of the lock: a tracing subscriber that panics
+            // there leaves the order whole (reviews 29 and 30).
+            if first_drop {
+                EventHub::log_first_drop(&self.name);
+            }
         }
         for (t, reason) in transitions.iter().zip(reasons) {
             if let (Some(t), Some(reason)) = (t, reason) {
@@ -568,15 +574,16 @@ impl Order {
         }
     }
 
-    fn admit(&mut self, generations: (u32, u32), events: Events, hub: &EventHub) {
+    /// Queues the transition, or parks it; `true` if the hub dropped its
+    /// first event doing so (for the caller to log, out of the lock).
+    fn admit(&mut self, generations: (u32, u32), events: Events, hub: &EventHub) -> bool {
         if generations.0 == self.last {
-            self.queue(generations, events, hub);
-            self.release(hub);
-            return;
+            let first_drop = self.queue(generations, events, hub);
+            return self.release(hub) || first_drop;
         }
         if self.parked.len() < self.limit {
             self.parked.push((generations, events));
-            return;
+            return false;
         }
         // One never came: the waiting ones and this one go, earliest
         // (nearest after the last queued) first.
@@ -584,27 +591,32 @@ impl Order {
         let last = self.last;
         let mut waiting = std::mem::take(&mut self.parked);
         waiting.sort_unstable_by_key(|(g, _)| generations_after(g.0, last));
+        let mut first_drop = false;
         for (g, e) in waiting {
-            self.queue(g, e, hub);
+            first_drop |= self.queue(g, e, hub);
         }
+        first_drop
     }
 
-    fn queue(&mut self, generations: (u32, u32), events: Events, hub: &EventHub) {
-        // First: `emit` logs the queue's first drop, and a tracing
-        // subscriber that panics there must not hold back the transitions
-        // after this one (review 29).
+    /// Queues a transition's events, without logging (see `admit`): no
+    /// code but this crate's runs under the lock.
+    fn queue(&mut self, generations: (u32, u32), events: Events, hub: &EventHub) -> bool {
         self.last = generations.1;
+        let mut first_drop = false;
         for event in events.iter().flatten() {
-            hub.emit(event);
+            first_drop |= hub.emit_quietly(event);
         }
+        first_drop
     }
 
     /// Queues the waiting transitions whose turn has come.
-    fn release(&mut self, hub: &EventHub) {
+    fn release(&mut self, hub: &EventHub) -> bool {
+        let mut first_drop = false;
         while let Some(i) = self.parked.iter().position(|(g, _)| g.0 == self.last) {
             let (g, e) = self.parked.swap_remove(i);
-            self.queue(g, e, hub);
+            first_drop |= self.queue(g, e, hub);
         }
+        first_drop
     }
 }
 
