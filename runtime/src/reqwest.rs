@@ -24,10 +24,18 @@
 //! | reqwest error | classification | may have taken effect |
 //! |---|---|---|
 //! | connecting (`is_connect`, including a connect timeout) | transient | no: nothing was sent |
-//! | timeout, reset or other failure after connecting (`is_timeout`, `is_request`, `is_body`) | transient | yes: the request may have arrived |
+//! | timeout, reset or other failure after connecting (`is_timeout`, also while reading the body; `is_request`, `is_body`) | transient | yes: the request may have arrived |
 //! | a success body that arrived whole but does not decode (`is_decode`), a redirect loop | permanent | yes |
 //! | a body cut short while reading it (`is_decode` or `is_body` with an I/O cause) | transient | yes |
-//! | an unbuildable request (`is_builder`), or an `https` URL on a client built without TLS (a connect error with no I/O cause) | permanent | no |
+//! | an unbuildable request (`is_builder`), an `https` URL on a client built without TLS (a connect error with no I/O cause), or a request body of the caller's own that failed (hyper's user error) | permanent | no |
+//!
+//! A redirect is followed by reqwest inside the one request, and a
+//! failure to connect to its target (refused, or an `https` target on a
+//! client without TLS) is reported with the original URL, as a connect
+//! error: "not sent", and retried, although the original request was sent
+//! and answered (review 31). For calls that change state, build the client
+//! with `reqwest::redirect::Policy::none()`: the redirect then comes back
+//! as a response, and nothing is taken for unsent that was sent.
 //! | `error_for_status` (`is_status`) | by its status (its headers are lost: prefer [`ResponseExt::check_status`]) | by its status |
 
 use std::future::Future;
@@ -47,10 +55,16 @@ const MAX_ERROR_BODY: usize = 4096;
 const MAX_ERROR_BODY_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 fn stage(e: &::reqwest::Error) -> Stage {
-    if e.is_builder() || unsupported_scheme(e) {
+    if e.is_builder() || unsupported_scheme(e) || callers_body_failed(e) {
         Stage::InvalidRequest
     } else if e.is_connect() {
         Stage::NotSent
+    } else if e.is_timeout() {
+        // This client's own timeout (`ClientBuilder::timeout`,
+        // `read_timeout`), also while reading the body, which reqwest
+        // reports as a decode error (review 31: permanent, so never
+        // retried nor counted by a breaker).
+        Stage::AfterSend
     } else if (e.is_decode() && !broke_in_transit(e)) || e.is_redirect() {
         Stage::InvalidResponse
     } else {
@@ -71,6 +85,24 @@ fn unsupported_scheme(e: &::reqwest::Error) -> bool {
         && !e.is_timeout()
         && e.url().is_some_and(|url| url.scheme() == "https")
         && !has_io_error(e)
+}
+
+/// The caller's own request body failed while it was sent (a stream of
+/// theirs returned an error): hyper reports a user error. The caller's
+/// fault, not the server's: permanent, and no breaker counts it (review 31:
+/// retried, and a healthy server's breaker opened on it).
+fn callers_body_failed(e: &::reqwest::Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(err) = source {
+        if err
+            .downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_user)
+        {
+            return true;
+        }
+        source = err.source();
+    }
+    false
 }
 
 /// Whether an I/O error is in `e`'s chain of sources.

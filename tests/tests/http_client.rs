@@ -667,3 +667,145 @@ async fn an_https_url_on_a_client_without_tls_is_permanent() {
     assert!(!error.may_have_taken_effect());
     assert_eq!(report.attempts().len(), 1, "not retried");
 }
+
+/// A 200 whose 100-byte body trickles in a byte every `every`, counting
+/// the requests it got.
+async fn trickling_body(every: Duration) -> (SocketAddr, Arc<AtomicU32>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let hits = Arc::new(AtomicU32::new(0));
+    let counted = hits.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let hits = counted.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match socket.read(&mut buf).await {
+                        Ok(n) if n > 0 => head.extend_from_slice(&buf[..n]),
+                        _ => return,
+                    }
+                }
+                hits.fetch_add(1, Ordering::SeqCst);
+                let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n";
+                if socket.write_all(answer).await.is_err() {
+                    return;
+                }
+                for _ in 0..100 {
+                    tokio::time::sleep(every).await;
+                    if socket.write_all(b"x").await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, hits)
+}
+
+#[resilient(retries = 2, idempotent, base_ms = 1, cap_ms = 2)]
+async fn fetch_text(client: &reqwest::Client, url: &str) -> Result<String, Error> {
+    Ok(client.get(url).send_checked().await?.text().await?)
+}
+
+/// The client's own timeout while the body is read is a timeout: retried,
+/// and may have taken effect (review 31: reqwest reports it as a decode
+/// error, which was taken for a body that arrived whole: permanent, so
+/// never retried nor counted).
+#[tokio::test]
+async fn the_clients_own_timeout_while_reading_the_body_is_retried() {
+    let (addr, hits) = trickling_body(Duration::from_millis(50)).await;
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let url = format!("http://{addr}/");
+    let raw = client
+        .get(&url)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap_err();
+    assert!(raw.is_timeout() && raw.is_decode(), "{raw:?}");
+    assert_eq!(raw.classify(), Classification::Transient);
+    assert!(raw.may_have_taken_effect());
+    let error = fetch_text(&client, &url).await.unwrap_err();
+    assert_eq!(error.classify(), Classification::Transient, "{error}");
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        4,
+        "one request, then three attempts"
+    );
+}
+
+/// A request body of the caller's own that fails while it is sent.
+struct FailingBody(bool);
+
+impl http_body::Body for FailingBody {
+    type Data = axum::body::Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let first = !std::mem::replace(&mut self.0, true);
+        std::task::Poll::Ready(Some(if first {
+            Ok(http_body::Frame::data(axum::body::Bytes::from_static(
+                b"part",
+            )))
+        } else {
+            Err(std::io::Error::other("the caller's own source failed"))
+        }))
+    }
+}
+
+#[resilient(breaker = "uploads", retries = 2, idempotent, base_ms = 1, cap_ms = 2)]
+async fn upload(client: &reqwest::Client, addr: SocketAddr) -> Result<String, Error> {
+    Ok(client
+        .post(format!("http://{addr}/upload"))
+        .body(reqwest::Body::wrap(FailingBody(false)))
+        .send_checked()
+        .await?
+        .text()
+        .await?)
+}
+
+/// The caller's own failing body is the caller's fault: permanent, not
+/// retried, and no failure of the (healthy) server's (review 31: retried,
+/// and the server's breaker opened on it).
+#[tokio::test]
+async fn a_request_body_of_the_callers_own_that_fails_is_not_the_servers_failure() {
+    let router = Router::new().route(
+        "/upload",
+        post(|body: axum::body::Body| async move {
+            let _ = axum::body::to_bytes(body, 1 << 20).await;
+            "ok"
+        }),
+    );
+    let addr = serve(router).await;
+    let registry = resilient::Registry::builder()
+        .breaker(
+            "uploads",
+            resilient::BreakerConfig::default()
+                .sliding_window(resilient::SlidingWindow::CountBased { size: 2 })
+                .minimum_number_of_calls(2),
+        )
+        .build()
+        .unwrap();
+    let client = reqwest::Client::new();
+    for _ in 0..4 {
+        let (result, report) = registry
+            .scope(resilient::observe(upload(&client, addr)))
+            .await;
+        let error = result.unwrap_err();
+        assert_eq!(error.classify(), Classification::Permanent, "{error:?}");
+        assert_eq!(report.attempts().len(), 1, "{report:?}");
+    }
+    let breaker = registry.breaker("uploads").unwrap().snapshot();
+    assert_eq!(breaker.state, resilient::State::Closed, "{breaker:?}");
+    assert_eq!(breaker.failed_calls, 0, "{breaker:?}");
+}
