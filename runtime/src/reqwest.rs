@@ -94,11 +94,14 @@ fn unsupported_scheme(e: &::reqwest::Error) -> bool {
 fn callers_body_failed(e: &::reqwest::Error) -> bool {
     let mut source = std::error::Error::source(e);
     while let Some(err) = source {
-        if err
-            .downcast_ref::<hyper::Error>()
-            .is_some_and(hyper::Error::is_user)
-        {
-            return true;
+        if let Some(hyper) = err.downcast_ref::<hyper::Error>() {
+            // Of hyper's user errors, only the body's: others, such as a
+            // connection task gone with its runtime, may come after the
+            // request went out (review 32). Told by hyper's message, as no
+            // method names it; a message that changes falls back to "may
+            // have been sent", the safe side.
+            return hyper.is_body_write_aborted()
+                || (hyper.is_user() && hyper.to_string().starts_with("error from user's Body"));
         }
         source = err.source();
     }

@@ -63,8 +63,15 @@ impl Classify for Status {
         // fault, permanent, and no failure of the server's (review 30: a
         // healthy server's breaker opened on it).
         if let Some(reset) = stream_reset(self) {
-            if !reset.is_remote() {
+            // Reset by this client's code (a limit of its own); h2's own
+            // resets of a peer that broke the protocol are the server's
+            // failure, read by the code below (review 32).
+            if !reset.is_remote() && !reset.is_library() {
                 return Classification::Permanent;
+            }
+            if !reset.is_remote() {
+                return classify_code(self.code() as i32, None)
+                    .unwrap_or(Classification::Permanent);
             }
             // The server reset the stream on a live connection: it refused
             // it unprocessed (`REFUSED_STREAM`, RFC 9113 §8.7: safe to

@@ -809,3 +809,66 @@ async fn a_request_body_of_the_callers_own_that_fails_is_not_the_servers_failure
     assert_eq!(breaker.state, resilient::State::Closed, "{breaker:?}");
     assert_eq!(breaker.failed_calls, 0, "{breaker:?}");
 }
+
+/// A request in flight on a pooled connection whose task dies with the
+/// runtime that opened it: hyper reports a user error ("dispatch task is
+/// gone"), but the request reached the server (review 32: taken for the
+/// caller's failing body: permanent, not sent).
+#[test]
+fn a_request_whose_connection_task_died_may_have_taken_effect() {
+    let server = tokio::runtime::Runtime::new().unwrap();
+    let (addr, got) = server.block_on(async {
+        let got = Arc::new(AtomicU32::new(0));
+        let seen = got.clone();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    loop {
+                        let mut head = Vec::new();
+                        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                            match socket.read(&mut buf).await {
+                                Ok(n) if n > 0 => head.extend_from_slice(&buf[..n]),
+                                _ => return,
+                            }
+                        }
+                        seen.fetch_add(1, Ordering::SeqCst);
+                        if head.starts_with(b"POST") {
+                            tokio::time::sleep(Duration::from_secs(5)).await;
+                        }
+                        let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
+                        let _ = socket.write_all(ok).await;
+                    }
+                });
+            }
+        });
+        (addr, got)
+    });
+    let client = reqwest::Client::new();
+    // Runtime `a` opens the pooled connection: its task lives there.
+    let a = tokio::runtime::Runtime::new().unwrap();
+    a.block_on(async { client.get(format!("http://{addr}/")).send().await.unwrap() });
+    let b = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let stop = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        a.shutdown_background();
+    });
+    let error = b.block_on(async {
+        client
+            .post(format!("http://{addr}/charges"))
+            .body("once")
+            .send()
+            .await
+            .unwrap_err()
+    });
+    stop.join().unwrap();
+    assert_eq!(got.load(Ordering::SeqCst), 2, "the POST reached the server");
+    assert!(error.may_have_taken_effect(), "{error:?}");
+    assert_eq!(error.classify(), Classification::Transient, "{error:?}");
+}

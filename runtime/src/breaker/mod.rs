@@ -439,6 +439,7 @@ impl Breaker {
     /// [`Order`]).
     fn announce(&self, transitions: [Option<Transition>; 2], reset: bool) {
         let reasons = transitions.map(|t| t.map(|t| self.reason(&t, reset)));
+        let mut first_drop = false;
         for (t, reason) in transitions.iter().zip(reasons) {
             let (Some(t), Some(reason)) = (t, reason) else {
                 continue;
@@ -448,16 +449,17 @@ impl Breaker {
             } else {
                 Default::default()
             };
-            let first_drop = self
+            first_drop |= self
                 .order
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .admit(t.generations, events, &self.events);
-            // Logged out of the lock: a tracing subscriber that panics
-            // there leaves the order whole (reviews 29 and 30).
-            if first_drop {
-                EventHub::log_first_drop(&self.name);
-            }
+        }
+        // Logged once both transitions are queued, out of the lock: a
+        // tracing subscriber that panics there leaves the order whole
+        // (reviews 29, 30 and 32).
+        if first_drop {
+            EventHub::log_first_drop(&self.name);
         }
         for (t, reason) in transitions.iter().zip(reasons) {
             if let (Some(t), Some(reason)) = (t, reason) {
