@@ -41,6 +41,15 @@ pub fn fallback_served(policy: &'static Policy, hold: &FallbackHold) -> Fallback
     // Taken before anything of the user's (a metrics recorder, a tracing
     // layer) runs, so that a panic there cannot leave it held.
     let budget = crate::frame::take_held_for_fallback();
+    // Made before the log line: a tracing layer that panics there leaves
+    // the call counted as cancelled when this drops (review 33: counted
+    // nowhere).
+    let served = FallbackBudget {
+        budget,
+        policy,
+        began: hold.began,
+        answered: false,
+    };
     // The call's span has closed with the call: the event names its parts
     // as the span did, so that it is found with the call's other events.
     #[cfg(feature = "tracing")]
@@ -55,13 +64,8 @@ pub fn fallback_served(policy: &'static Policy, hold: &FallbackHold) -> Fallback
             "call failed; its fallback answers"
         );
     }
-    crate::frame::report_budget(budget.clone());
-    FallbackBudget {
-        budget,
-        policy,
-        began: hold.began,
-        answered: false,
-    }
+    crate::frame::report_budget(served.budget.clone());
+    served
 }
 
 /// A call its fallback answers, until it has answered: its retry budget,

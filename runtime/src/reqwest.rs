@@ -27,7 +27,8 @@
 //! | timeout, reset or other failure after connecting (`is_timeout`, also while reading the body; `is_request`, `is_body`) | transient | yes: the request may have arrived |
 //! | a success body that arrived whole but does not decode (`is_decode`), a redirect loop | permanent | yes |
 //! | a body cut short while reading it (`is_decode` or `is_body` with an I/O cause) | transient | yes |
-//! | an unbuildable request (`is_builder`), an `https` URL on a client built without TLS (a connect error with no I/O cause), or a request body of the caller's own that failed (hyper's user error) | permanent | no |
+//! | an unbuildable request (`is_builder`), or an `https` URL on a client built without TLS (a connect error with no I/O cause) | permanent | no |
+//! | a request body of the caller's own that failed while sent (hyper's body error; over HTTP/2, the stream this client reset) | permanent | yes: part of it went out |
 //!
 //! A redirect is followed by reqwest inside the one request, and a
 //! failure to connect to its target (refused, or an `https` target on a
@@ -55,8 +56,10 @@ const MAX_ERROR_BODY: usize = 4096;
 const MAX_ERROR_BODY_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 fn stage(e: &::reqwest::Error) -> Stage {
-    if e.is_builder() || unsupported_scheme(e) || callers_body_failed(e) {
+    if e.is_builder() || unsupported_scheme(e) {
         Stage::InvalidRequest
+    } else if callers_body_failed(e) {
+        Stage::BodyFailed
     } else if e.is_connect() {
         Stage::NotSent
     } else if e.is_timeout() {
@@ -100,8 +103,19 @@ fn callers_body_failed(e: &::reqwest::Error) -> bool {
             // request went out (review 32). Told by hyper's message, as no
             // method names it; a message that changes falls back to "may
             // have been sent", the safe side.
-            return hyper.is_body_write_aborted()
-                || (hyper.is_user() && hyper.to_string().starts_with("error from user's Body"));
+            if hyper.is_body_write_aborted()
+                || (hyper.is_user() && hyper.to_string().starts_with("error from user's Body"))
+            {
+                return true;
+            }
+        }
+        // Over HTTP/2, the client resets the stream when the body fails: a
+        // reset by this client's code, not h2's own (review 33).
+        if err
+            .downcast_ref::<h2::Error>()
+            .is_some_and(|h2| h2.is_reset() && !h2.is_remote() && !h2.is_library())
+        {
+            return true;
         }
         source = err.source();
     }
@@ -154,7 +168,9 @@ impl Classify for ::reqwest::Error {
         }
         match stage(self) {
             Stage::NotSent | Stage::AfterSend => Classification::Transient,
-            Stage::InvalidRequest | Stage::InvalidResponse => Classification::Permanent,
+            Stage::InvalidRequest | Stage::InvalidResponse | Stage::BodyFailed => {
+                Classification::Permanent
+            }
         }
     }
 
@@ -162,7 +178,10 @@ impl Classify for ::reqwest::Error {
         if let Some(status) = self.status().filter(|_| self.is_status()) {
             return Error::from_status(status, HeaderMap::new()).may_have_taken_effect();
         }
-        matches!(stage(self), Stage::AfterSend | Stage::InvalidResponse)
+        matches!(
+            stage(self),
+            Stage::AfterSend | Stage::InvalidResponse | Stage::BodyFailed
+        )
     }
 }
 

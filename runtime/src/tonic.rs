@@ -62,6 +62,13 @@ impl Classify for Status {
         // its own, such as `max_encoding_message_size`): the caller's
         // fault, permanent, and no failure of the server's (review 30: a
         // healthy server's breaker opened on it).
+        // A server shutting down gracefully (`GOAWAY` with `NO_ERROR`)
+        // fails only the streams it did not take (RFC 9113 §6.8): not
+        // processed, so retried (review 33: `INTERNAL`, not retried, and
+        // counted against a server in a rolling restart).
+        if went_away_unprocessed(self) {
+            return Classification::Transient;
+        }
         if let Some(reset) = stream_reset(self) {
             // Reset by this client's code (a limit of its own); h2's own
             // resets of a peer that broke the protocol are the server's
@@ -128,6 +135,9 @@ impl Classify for Status {
         if let Some(refusal) = refusal(self) {
             return refusal.may_have_taken_effect();
         }
+        if went_away_unprocessed(self) {
+            return false;
+        }
         status_may_have_taken_effect(self)
             || self
                 .metadata()
@@ -159,6 +169,15 @@ fn connection_failed(status: &Status) -> bool {
         && refusal(status).is_none()
         && stream_reset(status).is_none()
         && sources(status).any(|e| e.is::<hyper::Error>() || e.is::<h2::Error>())
+}
+
+/// A stream the server's graceful `GOAWAY` left unprocessed: h2 fails
+/// only those (the ones after its last stream id) with the `GOAWAY`.
+fn went_away_unprocessed(status: &Status) -> bool {
+    refusal(status).is_none()
+        && sources(status)
+            .filter_map(|e| e.downcast_ref::<h2::Error>())
+            .any(|e| e.is_go_away() && e.is_remote() && e.reason() == Some(h2::Reason::NO_ERROR))
 }
 
 /// The HTTP/2 stream reset (`RST_STREAM`) a status was made from, if any.
@@ -235,11 +254,18 @@ pub trait RequestExt: sealed::Sealed {
 impl<T> RequestExt for ::tonic::Request<T> {
     fn propagate_deadline(&mut self) {
         if let Some(budget) = crate::remaining() {
-            let set = self
-                .metadata()
-                .get("grpc-timeout")
-                .and_then(|v| v.to_str().ok()?.parse::<crate::GrpcTimeout>().ok())
-                .map(crate::GrpcTimeout::duration);
+            let set = self.metadata().get("grpc-timeout").and_then(|v| {
+                let v = v.to_str().ok()?;
+                // tonic writes a zero timeout as `0n`, which the header's
+                // grammar (and `GrpcTimeout`) does not allow: it is the
+                // soonest of all (review 33: replaced by the budget).
+                if v.len() > 1 && v[..v.len() - 1].bytes().all(|b| b == b'0') {
+                    return Some(std::time::Duration::ZERO);
+                }
+                v.parse::<crate::GrpcTimeout>()
+                    .ok()
+                    .map(crate::GrpcTimeout::duration)
+            });
             if set.is_some_and(|set| set <= budget) {
                 return;
             }

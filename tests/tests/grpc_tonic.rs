@@ -552,6 +552,17 @@ async fn propagate_deadline_keeps_a_shorter_timeout() {
         sent(Duration::from_millis(50)).await,
         Duration::from_millis(50)
     );
+    // A zero timeout, which tonic writes `0n`, is the soonest of all
+    // (review 33: replaced by the deadline's 2 s).
+    let zero = resilient::with_deadline(Duration::from_secs(2), async {
+        let mut request = tonic::Request::new(());
+        request.set_timeout(Duration::ZERO);
+        request.propagate_deadline();
+        request.metadata().get("grpc-timeout").unwrap().clone()
+    })
+    .await
+    .unwrap();
+    assert_eq!(zero, "0n");
     let longer = sent(Duration::from_secs(10)).await;
     assert!(longer <= Duration::from_secs(2), "{longer:?}");
     assert!(longer > Duration::from_millis(1900), "{longer:?}");

@@ -803,6 +803,8 @@ async fn a_request_body_of_the_callers_own_that_fails_is_not_the_servers_failure
             .await;
         let error = result.unwrap_err();
         assert_eq!(error.classify(), Classification::Permanent, "{error:?}");
+        // Part of it went out (review 33: said not sent).
+        assert!(error.may_have_taken_effect(), "{error:?}");
         assert_eq!(report.attempts().len(), 1, "{report:?}");
     }
     let breaker = registry.breaker("uploads").unwrap().snapshot();

@@ -73,6 +73,11 @@ pub(crate) enum Stage {
     InvalidResponse,
     /// The request could not be built: nothing sent, and nothing to retry.
     InvalidRequest,
+    /// The caller's own request body failed while it was sent: the
+    /// caller's fault, not retried, but what went out of it may have been
+    /// acted on (review 33). Made by the `reqwest` integration only.
+    #[cfg_attr(not(feature = "reqwest"), allow(dead_code))]
+    BodyFailed,
 }
 
 impl Error {
@@ -217,7 +222,10 @@ impl Error {
                 status, headers, ..
             } => may_have_taken_effect(*status) || super::says_may_have_taken_effect(headers),
             Repr::Transport { stage, .. } => {
-                matches!(stage, Stage::AfterSend | Stage::InvalidResponse)
+                matches!(
+                    stage,
+                    Stage::AfterSend | Stage::InvalidResponse | Stage::BodyFailed
+                )
             }
             Repr::Refused(e) => e.may_have_taken_effect(),
         }
@@ -249,7 +257,9 @@ impl Error {
                 .unwrap_or(Classification::Permanent),
             Repr::Transport { stage, .. } => match stage {
                 Stage::NotSent | Stage::AfterSend => Classification::Transient,
-                Stage::InvalidResponse | Stage::InvalidRequest => Classification::Permanent,
+                Stage::InvalidResponse | Stage::InvalidRequest | Stage::BodyFailed => {
+                    Classification::Permanent
+                }
             },
             Repr::Refused(e) => e.classify(),
         }
@@ -333,6 +343,7 @@ impl fmt::Display for Error {
                     Stage::AfterSend => "request sent, answer lost",
                     Stage::InvalidResponse => "response unusable",
                     Stage::InvalidRequest => "request invalid",
+                    Stage::BodyFailed => "request body failed while sent",
                 };
                 write!(f, "{what}: {source}")
             }
