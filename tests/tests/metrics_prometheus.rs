@@ -145,6 +145,34 @@ async fn misclassified() -> Result<u32, E> {
     Err(E::Unavailable)
 }
 
+/// Its fallback answers, but a tracing layer panics on the WARN that
+/// says so.
+#[resilient(fallback = degraded)]
+async fn fallback_log_panics() -> Result<u32, E> {
+    Err(E::Unavailable)
+}
+
+/// A tracing layer that panics on the "fallback answers" WARN.
+struct PanicsOnFallbackWarning;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for PanicsOnFallbackWarning {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        struct Message(String);
+        impl tracing::field::Visit for Message {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn fmt::Debug) {
+                if field.name() == "message" {
+                    self.0 = format!("{value:?}");
+                }
+            }
+        }
+        let mut message = Message(String::new());
+        event.record(&mut message);
+        if message.0.contains("fallback answers") {
+            panic!("a tracing layer with a bug");
+        }
+    }
+}
+
 /// Its fallback never answers: its caller's timeout cuts it there.
 #[resilient(fallback = never_answers)]
 async fn cut_in_its_fallback() -> Result<u32, E> {
@@ -268,6 +296,16 @@ async fn a_prometheus_scrape_shows_calls_attempts_retries_and_every_part() {
     // A classifier that panics: the panic reaches the caller's task.
     let panicked = tokio::spawn(registry.scope(misclassified())).await;
     assert!(panicked.unwrap_err().is_panic());
+    // A tracing layer panics on the fallback's WARN: the call is counted,
+    // as cancelled (review 33: counted nowhere).
+    {
+        use futures_util::FutureExt;
+        use tracing_subscriber::layer::SubscriberExt;
+        let layer = tracing_subscriber::registry().with(PanicsOnFallbackWarning);
+        let _logging = tracing::subscriber::set_default(layer);
+        let call = std::panic::AssertUnwindSafe(fallback_log_panics());
+        assert!(call.catch_unwind().await.is_err(), "the layer panicked");
+    }
     // The caller's timeout cuts a call while its fallback runs: cancelled,
     // not served.
     let cut = tokio::time::timeout(Duration::from_millis(20), cut_in_its_fallback()).await;
@@ -368,6 +406,8 @@ async fn a_prometheus_scrape_shows_calls_attempts_retries_and_every_part() {
     // One cut while its fallback ran is cancelled, and served nothing
     // (review 23: counted as a fallback served).
     assert_eq!(calls(&format!("{F}cut_in_its_fallback"), "cancelled"), 1.0);
+    assert_eq!(calls(&format!("{F}fallback_log_panics"), "cancelled"), 1.0);
+    assert_eq!(calls(&format!("{F}fallback_log_panics"), "fallback"), 0.0);
     assert_eq!(calls(&format!("{F}cut_in_its_fallback"), "fallback"), 0.0);
     let served = |function: &str| {
         registry
