@@ -55,43 +55,39 @@ use crate::{Classification, Classify, ErrorKind};
 /// code and pushback are what a remote caller classifies.
 impl Classify for Status {
     fn classify(&self) -> Classification {
-        if refusal(self).is_some() {
-            return Classification::Permanent;
-        }
-        // This client reset its own stream (its request broke a limit of
-        // its own, such as `max_encoding_message_size`): the caller's
-        // fault, permanent, and no failure of the server's (review 30: a
-        // healthy server's breaker opened on it).
-        // A server shutting down gracefully (`GOAWAY` with `NO_ERROR`)
-        // fails only the streams it did not take (RFC 9113 §6.8): not
-        // processed, so retried (review 33: `INTERNAL`, not retried, and
-        // counted against a server in a rolling restart).
-        if went_away_unprocessed(self) {
-            return Classification::Transient;
-        }
-        if let Some(reset) = stream_reset(self) {
-            // Reset by this client's code (a limit of its own); h2's own
-            // resets of a peer that broke the protocol are the server's
-            // failure, read by the code below (review 32).
-            if !reset.is_remote() && !reset.is_library() {
+        let code = self.code();
+        match made_from(self) {
+            Made::Refusal(_) => return Classification::Permanent,
+            // A server shutting down gracefully (`GOAWAY` with `NO_ERROR`)
+            // fails only the streams it did not take (RFC 9113 §6.8): not
+            // processed, so retried (review 33: `INTERNAL`, not retried,
+            // and counted against a server in a rolling restart).
+            Made::Unprocessed => return Classification::Transient,
+            // Reset by this client's code (a limit of its own, such as
+            // `max_encoding_message_size`): the caller's fault, permanent,
+            // and no failure of the server's (review 30: a healthy
+            // server's breaker opened on it).
+            Made::Reset(reset) if !reset.is_remote() && !reset.is_library() => {
                 return Classification::Permanent;
             }
-            if !reset.is_remote() {
-                return classify_code(self.code() as i32, None)
-                    .unwrap_or(Classification::Permanent);
+            // h2's own reset of a peer that broke the protocol: the
+            // server's failure, read by its code (review 32).
+            Made::Reset(reset) if !reset.is_remote() => {
+                return classify_code(code as i32, None).unwrap_or(Classification::Permanent);
             }
             // The server reset the stream on a live connection: it refused
             // it unprocessed (`REFUSED_STREAM`, RFC 9113 §8.7: safe to
             // retry), or it failed while handling it (a handler that
             // panics resets with `CANCEL`): as HTTP's 500, not retried,
             // but counted (review 30).
-            if matches!(self.code(), Code::Cancelled | Code::Unknown) {
+            Made::Reset(reset) if matches!(code, Code::Cancelled | Code::Unknown) => {
                 return if reset.reason() == Some(h2::Reason::REFUSED_STREAM) {
                     Classification::Transient
                 } else {
                     Classification::DoNotRetry { retry_after: None }
                 };
             }
+            Made::Reset(_) | Made::Transport | Made::Other => {}
         }
         let pushback = self.metadata().get(RETRY_PUSHBACK_MS).map(|v| {
             v.to_str()
@@ -106,37 +102,37 @@ impl Classify for Status {
         // `DEADLINE_EXCEEDED`, with its pushback (a `-1` after it retried:
         // not retried, but counted, so a hung dependency opens its
         // callers' breakers).
-        if self.code() == Code::Cancelled
-            && self.message() == ::tonic::TimeoutExpired(()).to_string()
-        {
+        if code == Code::Cancelled && self.message() == ::tonic::TimeoutExpired(()).to_string() {
             return classify_code(Code::DeadlineExceeded as i32, pushback)
                 .unwrap_or(Classification::Transient);
         }
         // tonic's client reports a failed connection (closed before or
-        // after the request went out, reset, a broken pipe, an HTTP/2
-        // stream reset) as `CANCELLED` or `UNKNOWN`, a status made in this
-        // process from the transport's error, which it keeps as its
-        // source; off the wire a status has no source. gRPC's own clients
-        // report these as `UNAVAILABLE`: a connection failure, retried and
-        // counted.
-        if connection_failed(self) {
+        // after the request went out, a broken pipe) as `CANCELLED` or
+        // `UNKNOWN`, a status made in this process from the transport's
+        // error, which it keeps as its source. gRPC's own clients report
+        // these as `UNAVAILABLE`: a connection failure, retried and
+        // counted. A status a user made from an error of their own
+        // (`Status::from_error`) carries no transport error (review 29).
+        if matches!(made_from(self), Made::Transport)
+            && matches!(code, Code::Cancelled | Code::Unknown)
+        {
             return classify_code(Code::Unavailable as i32, pushback)
                 .unwrap_or(Classification::Transient);
         }
-        classify_code(self.code() as i32, pushback).unwrap_or(Classification::Permanent)
+        classify_code(code as i32, pushback).unwrap_or(Classification::Permanent)
     }
 
     /// A refusal made in this process: when it cut a running attempt (a
-    /// timeout, a deadline). Off the wire: by the code, or by
-    /// `may-have-taken-effect: ?1` in the metadata: `ResilienceLayer` marks
-    /// so a failure whose handler had an annotated call act first, which
-    /// an `UNAVAILABLE` alone would deny.
+    /// timeout, a deadline). A stream a graceful `GOAWAY` left unprocessed:
+    /// no. Off the wire: by the code, or by `may-have-taken-effect: ?1` in
+    /// the metadata: `ResilienceLayer` marks so a failure whose handler had
+    /// an annotated call act first, which an `UNAVAILABLE` alone would
+    /// deny.
     fn may_have_taken_effect(&self) -> bool {
-        if let Some(refusal) = refusal(self) {
-            return refusal.may_have_taken_effect();
-        }
-        if went_away_unprocessed(self) {
-            return false;
+        match made_from(self) {
+            Made::Refusal(refusal) => return refusal.may_have_taken_effect(),
+            Made::Unprocessed => return false,
+            Made::Reset(_) | Made::Transport | Made::Other => {}
         }
         status_may_have_taken_effect(self)
             || self
@@ -147,7 +143,7 @@ impl Classify for Status {
     }
 
     fn is_refusal(&self) -> Option<bool> {
-        Some(refusal(self).is_some())
+        Some(matches!(made_from(self), Made::Refusal(_)))
     }
 }
 
@@ -157,45 +153,50 @@ fn says_true(value: &[u8]) -> bool {
     value.trim_ascii() == b"?1"
 }
 
-/// A status tonic's client made from a failure of the connection: `CANCELLED`
-/// or `UNKNOWN` whose source chain holds HTTP/2 transport's error (hyper's
-/// or h2's), not one of the library's refusals. A status a user made from
-/// an error of their own (`Status::from_error`) is not one (review 29), nor
-/// is a stream the server reset on a live connection (`RST_STREAM`, as
-/// its handler panicking does): gRPC reads that by its code (review 30: a
-/// panicking handler ran once per attempt).
-fn connection_failed(status: &Status) -> bool {
-    matches!(status.code(), Code::Cancelled | Code::Unknown)
-        && refusal(status).is_none()
-        && stream_reset(status).is_none()
-        && sources(status).any(|e| e.is::<hyper::Error>() || e.is::<h2::Error>())
+/// What made a status in this process, read from its chain of sources
+/// (off the wire a status has none), in this order: one of the library's
+/// refusals (`From<resilient::Error>`, also when the user's own error type
+/// carried it into `Status::from_error`), a stream a graceful `GOAWAY` left
+/// unprocessed, an HTTP/2 stream reset, another failure of the transport
+/// (hyper's or h2's error).
+enum Made<'a> {
+    Refusal(&'a crate::Error),
+    /// h2 fails with the server's `GOAWAY` (`NO_ERROR`) only the streams
+    /// after its last stream id: those it did not take.
+    Unprocessed,
+    /// `RST_STREAM`: the stream ended, not the connection (a server whose
+    /// handler panicked, a limit of this client's).
+    Reset(&'a h2::Error),
+    Transport,
+    Other,
 }
 
-/// A stream the server's graceful `GOAWAY` left unprocessed: h2 fails
-/// only those (the ones after its last stream id) with the `GOAWAY`.
-fn went_away_unprocessed(status: &Status) -> bool {
-    refusal(status).is_none()
-        && sources(status)
-            .filter_map(|e| e.downcast_ref::<h2::Error>())
-            .any(|e| e.is_go_away() && e.is_remote() && e.reason() == Some(h2::Reason::NO_ERROR))
-}
-
-/// The HTTP/2 stream reset (`RST_STREAM`) a status was made from, if any.
-fn stream_reset(status: &Status) -> Option<&h2::Error> {
-    sources(status)
-        .filter_map(|e| e.downcast_ref::<h2::Error>())
-        .find(|e| e.is_reset())
-}
-
-/// The errors a status was made from, nearest first.
-fn sources(status: &Status) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
-    std::iter::successors(std::error::Error::source(status), |e| e.source())
-}
-
-/// The library's refusal a status was made from in this process, also when
-/// the user's own error type carried it (`Status::from_error`).
-fn refusal(status: &Status) -> Option<&crate::Error> {
-    sources(status).find_map(|e| e.downcast_ref::<crate::Error>())
+fn made_from(status: &Status) -> Made<'_> {
+    let mut refusal = None;
+    let (mut unprocessed, mut reset, mut transport) = (false, None, false);
+    let mut source = std::error::Error::source(status);
+    while let Some(e) = source {
+        if let Some(r) = e.downcast_ref::<crate::Error>() {
+            refusal = refusal.or(Some(r));
+        } else if let Some(h2) = e.downcast_ref::<h2::Error>() {
+            transport = true;
+            unprocessed |=
+                h2.is_go_away() && h2.is_remote() && h2.reason() == Some(h2::Reason::NO_ERROR);
+            if h2.is_reset() {
+                reset = reset.or(Some(h2));
+            }
+        } else if e.is::<hyper::Error>() {
+            transport = true;
+        }
+        source = e.source();
+    }
+    match (refusal, reset) {
+        (Some(r), _) => Made::Refusal(r),
+        _ if unprocessed => Made::Unprocessed,
+        (None, Some(reset)) => Made::Reset(reset),
+        _ if transport => Made::Transport,
+        _ => Made::Other,
+    }
 }
 
 /// `true` for the codes after which the server may have done the work:
