@@ -52,6 +52,19 @@ async fn serve() -> (SocketAddr, Seen) {
     (addr, seen)
 }
 
+/// A registry whose breaker `name` judges its last 4 calls, once it has 4.
+fn breaker_of_four(name: &str) -> resilient::Registry {
+    resilient::Registry::builder()
+        .breaker(
+            name,
+            resilient::BreakerConfig::default()
+                .sliding_window(resilient::SlidingWindow::CountBased { size: 4 })
+                .minimum_number_of_calls(4),
+        )
+        .build()
+        .unwrap()
+}
+
 fn client(addr: SocketAddr) -> HealthClient<Channel> {
     let channel = Channel::from_shared(format!("http://{addr}"))
         .unwrap()
@@ -285,15 +298,7 @@ async fn breaker_opens_on_a_service_answering(code: &'static str, pushback: Opti
             .unwrap()
     });
 
-    let registry = resilient::Registry::builder()
-        .breaker(
-            "health",
-            resilient::BreakerConfig::default()
-                .sliding_window(resilient::SlidingWindow::CountBased { size: 4 })
-                .minimum_number_of_calls(4),
-        )
-        .build()
-        .unwrap();
+    let registry = breaker_of_four("health");
     let mut seen = Vec::new();
     registry
         .scope(async {
@@ -474,15 +479,7 @@ async fn check_conn(mut client: HealthClient<Channel>) -> Result<i32, Status> {
 async fn a_connection_the_server_closes_is_retried_and_opens_the_breaker() {
     for read in [0, 60] {
         let addr = closes_connections(read).await;
-        let registry = resilient::Registry::builder()
-            .breaker(
-                "conn",
-                resilient::BreakerConfig::default()
-                    .sliding_window(resilient::SlidingWindow::CountBased { size: 4 })
-                    .minimum_number_of_calls(4),
-            )
-            .build()
-            .unwrap();
+        let registry = breaker_of_four("conn");
         let (result, report) = registry
             .scope(resilient::observe(check_conn(client(addr))))
             .await;
@@ -651,15 +648,7 @@ async fn serve_panicking() -> (SocketAddr, Arc<std::sync::atomic::AtomicU32>) {
 async fn a_handler_that_panics_is_not_retried_but_opens_the_breaker() {
     use std::sync::atomic::Ordering;
     let (addr, runs) = serve_panicking().await;
-    let registry = resilient::Registry::builder()
-        .breaker(
-            "conn",
-            resilient::BreakerConfig::default()
-                .sliding_window(resilient::SlidingWindow::CountBased { size: 4 })
-                .minimum_number_of_calls(4),
-        )
-        .build()
-        .unwrap();
+    let registry = breaker_of_four("conn");
     let status = registry.scope(check_conn(client(addr))).await.unwrap_err();
     assert_eq!(
         status.classify(),
@@ -691,15 +680,7 @@ async fn check_with_a_limit(
 #[tokio::test]
 async fn the_clients_own_oversized_request_is_not_the_servers_failure() {
     let (addr, _) = serve().await;
-    let registry = resilient::Registry::builder()
-        .breaker(
-            "own-limit",
-            resilient::BreakerConfig::default()
-                .sliding_window(resilient::SlidingWindow::CountBased { size: 4 })
-                .minimum_number_of_calls(4),
-        )
-        .build()
-        .unwrap();
+    let registry = breaker_of_four("own-limit");
     let limited = client(addr).max_encoding_message_size(8);
     for _ in 0..4 {
         let status = registry
