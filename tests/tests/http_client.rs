@@ -18,6 +18,20 @@ use resilient::{Classification, Classify, IdempotencyKey, resilient};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
+/// A registry whose breaker `name` judges its last `calls` calls, once it
+/// has that many.
+fn breaker_judging(name: &str, calls: u32) -> resilient::Registry {
+    resilient::Registry::builder()
+        .breaker(
+            name,
+            resilient::BreakerConfig::default()
+                .sliding_window(resilient::SlidingWindow::CountBased { size: calls })
+                .minimum_number_of_calls(calls),
+        )
+        .build()
+        .unwrap()
+}
+
 async fn serve(router: Router) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -311,15 +325,7 @@ async fn call_crashing(client: &reqwest::Client, addr: SocketAddr) -> Result<Str
 #[tokio::test]
 async fn a_breaker_opens_on_a_dependency_that_answers_500_to_everything() {
     let (addr, hits) = serve_crashing().await;
-    let registry = resilient::Registry::builder()
-        .breaker(
-            "crashing",
-            resilient::BreakerConfig::default()
-                .sliding_window(resilient::SlidingWindow::CountBased { size: 4 })
-                .minimum_number_of_calls(4),
-        )
-        .build()
-        .unwrap();
+    let registry = breaker_judging("crashing", 4);
     let client = reqwest::Client::new();
     let mut errors = Vec::new();
     registry
@@ -787,15 +793,7 @@ async fn a_request_body_of_the_callers_own_that_fails_is_not_the_servers_failure
         }),
     );
     let addr = serve(router).await;
-    let registry = resilient::Registry::builder()
-        .breaker(
-            "uploads",
-            resilient::BreakerConfig::default()
-                .sliding_window(resilient::SlidingWindow::CountBased { size: 2 })
-                .minimum_number_of_calls(2),
-        )
-        .build()
-        .unwrap();
+    let registry = breaker_judging("uploads", 2);
     let client = reqwest::Client::new();
     for _ in 0..4 {
         let (result, report) = registry
