@@ -126,13 +126,20 @@ impl Deps {
         now: Option<Instant>,
         into: &mut Option<Admission<'a>>,
     ) -> Admit<'a> {
-        let breaker = match &self.breaker {
-            Some(b) => match b.try_acquire_in_call(now) {
-                Ok(permit) => Some(permit),
-                Err(open) => return Admit::Refused(open),
-            },
-            None => None,
-        };
+        // Filled in its place, part by part: the breaker's permit is made
+        // in the admission's field rather than returned through a `Result`
+        // (with an `Error` beside it) and copied in.
+        let admission = into.insert(Admission {
+            deps: self,
+            breaker: None,
+            _bulkhead: None,
+        });
+        if let Some(b) = &self.breaker {
+            if let Err(open) = b.try_acquire_in_call(now, &mut admission.breaker) {
+                *into = None;
+                return Admit::Refused(open);
+            }
+        }
         if let Some(t) = &self.throttle {
             if t.shed(now.unwrap_or_else(Instant::now)) {
                 #[cfg(feature = "tracing")]
@@ -140,24 +147,27 @@ impl Deps {
                     dependency = t.name(),
                     "resilient: call shed by adaptive throttling"
                 );
+                // The breaker's permit (a half-open probe) goes back.
+                *into = None;
                 return Admit::Refused(Error::load_shed(Arc::from(t.name())));
             }
         }
-        let bulkhead = match &self.bulkhead {
-            // A call that then waits for a slot is not refused yet: only
-            // one that gets none counts in the bulkhead's `rejected`.
-            Some(b) => match b.try_take() {
-                Some(permit) => Some(permit),
-                None if b.may_wait() => return Admit::Wait(breaker),
-                None => return Admit::Refused(bulkhead_full(b, b.refuse())),
-            },
-            None => None,
-        };
-        *into = Some(Admission {
-            deps: self,
-            breaker,
-            _bulkhead: bulkhead,
-        });
+        if let Some(b) = &self.bulkhead {
+            match b.try_take() {
+                Some(permit) => admission._bulkhead = Some(permit),
+                // A call that then waits for a slot is not refused yet: only
+                // one that gets none counts in the bulkhead's `rejected`.
+                None if b.may_wait() => {
+                    let breaker = admission.breaker.take();
+                    *into = None;
+                    return Admit::Wait(breaker);
+                }
+                None => {
+                    *into = None;
+                    return Admit::Refused(bulkhead_full(b, b.refuse()));
+                }
+            }
+        }
         Admit::Ready
     }
 

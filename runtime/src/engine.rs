@@ -144,6 +144,21 @@ impl Policy {
         self
     }
 
+    /// The parts cached for this call site from the global registry, when
+    /// no registry was ever scoped around a task (so none is around this
+    /// one): the success path's case, with nothing to move or drop. `None`
+    /// asks [`deps`](Self::deps), which decides every other case.
+    #[inline(always)]
+    fn cached_deps(&'static self) -> Option<&'static Deps> {
+        if !Registry::never_scoped() {
+            return None;
+        }
+        match self.global.get() {
+            Some(Ok(deps)) => Some(deps),
+            _ => None,
+        }
+    }
+
     /// The named parts this call goes through. From the global registry
     /// they are found once per call site and cached, so the success path
     /// does no lookup; a registry scoped around the task (tests) is

@@ -412,6 +412,13 @@ impl Registry {
             .unwrap_or_else(|_| Registry::global().clone())
     }
 
+    /// No registry was ever scoped around a task: every call uses the
+    /// global one (one relaxed load).
+    #[inline(always)]
+    pub(crate) fn never_scoped() -> bool {
+        !EVER_SCOPED.load(Ordering::Relaxed)
+    }
+
     #[inline]
     pub(crate) fn scoped() -> Option<Registry> {
         if !EVER_SCOPED.load(Ordering::Relaxed) {

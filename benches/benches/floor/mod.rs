@@ -400,16 +400,18 @@ static CIRCUIT: Circuit = Circuit {
 enum Timing {
     /// From this coarse reading while the body has not waited; slow after
     /// `exact` on tokio's clock once it has.
-    Coarse { start: Duration, exact: Instant },
+    Coarse { start: u64, exact: Instant },
     /// Slow after this instant on tokio's clock.
     Exact(Instant),
 }
 
-/// The coarse clock's tick (`SLOW_CALL`, 60 s, spans far more than the
-/// library's minimum of 100 ticks).
-fn tick() -> Duration {
-    static TICK: OnceLock<Duration> = OnceLock::new();
-    *TICK.get_or_init(coarse::tick)
+/// The coarse duration past which a call is slow, in nanoseconds:
+/// `SLOW_CALL` plus the coarse clock's tick (60 s spans far more than the
+/// library's minimum of 100 ticks). Readings and durations are `u64`
+/// nanoseconds, as the library keeps them.
+fn coarse_slow() -> u64 {
+    static SLOW: OnceLock<u64> = OnceLock::new();
+    *SLOW.get_or_init(|| (SLOW_CALL + coarse::tick()).as_nanos() as u64)
 }
 
 #[cfg(target_os = "linux")]
@@ -427,8 +429,9 @@ mod coarse {
     }
 
     #[inline]
-    pub(super) fn now() -> Duration {
-        duration(clock_gettime(ClockId::MonotonicCoarse))
+    pub(super) fn now() -> u64 {
+        let t = clock_gettime(ClockId::MonotonicCoarse);
+        (t.tv_sec as u64) * 1_000_000_000 + t.tv_nsec as u64
     }
 }
 
@@ -442,9 +445,9 @@ mod coarse {
         Duration::ZERO
     }
 
-    pub(super) fn now() -> Duration {
+    pub(super) fn now() -> u64 {
         static ORIGIN: OnceLock<Instant> = OnceLock::new();
-        ORIGIN.get_or_init(Instant::now).elapsed()
+        ORIGIN.get_or_init(Instant::now).elapsed().as_nanos() as u64
     }
 }
 
@@ -468,9 +471,7 @@ impl Timing {
     /// tick beyond the threshold.
     fn slow(self) -> bool {
         match self {
-            Timing::Coarse { start, .. } => {
-                coarse::now().saturating_sub(start) > SLOW_CALL + tick()
-            }
+            Timing::Coarse { start, .. } => coarse::now().saturating_sub(start) > coarse_slow(),
             Timing::Exact(after) => Instant::now() > after,
         }
     }

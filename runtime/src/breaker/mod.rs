@@ -106,7 +106,8 @@ pub struct Breaker {
     /// functions (see `crate::clock`; a count-based window and a threshold
     /// of at least `RESOLUTIONS` ticks): the coarse duration past which a
     /// call is slow, the threshold plus a tick (saturating).
-    coarse_slow: Option<Duration>,
+    /// In nanoseconds, as the coarse clock reads.
+    coarse_slow: Option<u64>,
     /// Calls refused since the breaker was made: never reset, so that the
     /// exported counter ([`crate::metrics`]) only rises.
     not_permitted: AtomicU64,
@@ -173,7 +174,7 @@ impl Breaker {
                 matches!(config.sliding_window, SlidingWindow::CountBased { .. })
                     && threshold >= tick * crate::clock::RESOLUTIONS
             })
-            .map(|tick| threshold.saturating_add(tick));
+            .map(|tick| crate::clock::nanos(threshold.saturating_add(tick)));
         Breaker {
             origin: crate::time::ticks(Instant::now()),
             coarse_slow,
@@ -242,11 +243,23 @@ impl Breaker {
     /// tokio's clock (read here if the caller did not). The engine tells the
     /// permit if the body waits ([`BreakerPermit::waited`]).
     #[inline]
-    pub(crate) fn try_acquire_in_call(
-        &self,
+    pub(crate) fn try_acquire_in_call<'a>(
+        &'a self,
         now: Option<Instant>,
-    ) -> Result<BreakerPermit<'_>, crate::Error> {
-        self.acquire(now.unwrap_or_else(Instant::now), Timing::in_call)
+        into: &mut Option<BreakerPermit<'a>>,
+    ) -> Result<(), crate::Error> {
+        let now = now.unwrap_or_else(Instant::now);
+        match self.core.try_acquire_untimed() {
+            // Made in its place (the caller's admission), not returned.
+            Some(admission) => {
+                *into = Some(self.permit(admission, Timing::in_call(self, now)));
+                Ok(())
+            }
+            None => {
+                *into = Some(self.try_acquire_timed(now)?);
+                Ok(())
+            }
+        }
     }
 
     /// Admits a call started at `now`, timed as `timing` says while the
@@ -693,8 +706,8 @@ impl BreakerPermit<'_> {
             // Slow only past a tick beyond the threshold: a coarse reading
             // never makes slow a call that was not.
             Timing::Coarse { start, .. } => {
-                let slow_past = breaker.coarse_slow.unwrap_or(Duration::MAX);
-                crate::clock::now().since(start) > slow_past
+                let slow_past = breaker.coarse_slow.unwrap_or(u64::MAX);
+                crate::clock::now().nanos_since(start) > slow_past
             }
         };
         let sample = match outcome {

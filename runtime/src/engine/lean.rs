@@ -607,19 +607,22 @@ where
         Ok(in_flight) => in_flight,
         Err(error) => return Some(ended_early(span, parts, error)),
     };
-    let deps = match policy.deps() {
-        Ok(DepsRef::Static(deps)) => deps,
-        // A registry scoped around the task: the `async` engine runs it.
-        Ok(owned) => {
-            return Some(begin_scoped(
-                policy, how, path, span, parts, start, in_flight, owned,
-            ));
-        }
-        Err(error) => {
-            let error = refused(policy, &path, call_span, error, refuse, true, None);
-            drop(in_flight);
-            return Some(ended_early(span, parts, error));
-        }
+    let deps = match policy.cached_deps() {
+        Some(deps) => deps,
+        None => match policy.deps() {
+            Ok(DepsRef::Static(deps)) => deps,
+            // A registry scoped around the task: the `async` engine runs it.
+            Ok(owned) => {
+                return Some(begin_scoped(
+                    policy, how, path, span, parts, start, in_flight, owned,
+                ));
+            }
+            Err(error) => {
+                let error = refused(policy, &path, call_span, error, refuse, true, None);
+                drop(in_flight);
+                return Some(ended_early(span, parts, error));
+            }
+        },
     };
     let needs_clock = deps.needs_clock_at_start(path.cap > 1);
     if let Err(error) = Start::begin(
