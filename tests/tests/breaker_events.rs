@@ -221,12 +221,18 @@ fn a_blocked_subscriber_delays_no_call_and_gets_a_prefix_of_the_events_in_order(
         for _ in 0..REFUSED {
             assert!(caller.try_acquire().is_err());
         }
-        // The outage ends: half-open, and a probe that succeeds.
+        // A probe that fails opens it again (its rate exceeded, then the
+        // transition: both in the reserved places), then one that
+        // succeeds ends the outage.
+        caller.transition_to(State::HalfOpen);
+        caller.try_acquire().unwrap().record(FAILURE);
+        assert_eq!(caller.state(), State::Open);
         caller.transition_to(State::HalfOpen);
         caller.try_acquire().unwrap().record(SUCCESS);
         assert_eq!(caller.state(), State::Closed);
-        // rate exceeded, closed → open, the refusals, the two transitions
-        2 + REFUSED + 2
+        // rate exceeded, closed → open, the refusals, open → half-open,
+        // rate exceeded, half-open → open, open → half-open, → closed
+        2 + REFUSED + 5
     });
     drop(release); // every later recv returns at once
     assert!(subscription.flush(FLUSH));
@@ -253,9 +259,31 @@ fn a_blocked_subscriber_delays_no_call_and_gets_a_prefix_of_the_events_in_order(
         [
             (State::Closed, State::Open),
             (State::Open, State::HalfOpen),
+            (State::HalfOpen, State::Open),
+            (State::Open, State::HalfOpen),
             (State::HalfOpen, State::Closed)
         ],
         "no transition dropped, in order"
+    );
+    // The rate a transition reports arrives with it (it was dropped with
+    // the rejections, before the reserved places took it).
+    let reopened = seen
+        .iter()
+        .position(|e| {
+            matches!(
+                e,
+                BreakerEvent::StateTransition {
+                    from: State::HalfOpen,
+                    to: State::Open,
+                    ..
+                }
+            )
+        })
+        .expect("half-open -> open delivered");
+    assert!(
+        matches!(seen[reopened - 1], BreakerEvent::FailureRateExceeded { .. }),
+        "the rate exceeded is delivered just before its transition: {:?}",
+        seen[reopened - 1]
     );
     assert!(matches!(seen[0], BreakerEvent::FailureRateExceeded { .. }));
     assert!(matches!(
@@ -267,7 +295,7 @@ fn a_blocked_subscriber_delays_no_call_and_gets_a_prefix_of_the_events_in_order(
         }
     ));
     assert!(
-        seen[2..seen.len() - 2]
+        seen[2..seen.len() - 5]
             .iter()
             .all(|e| matches!(e, BreakerEvent::CallNotPermitted { .. })),
         "in order, the newest dropped"

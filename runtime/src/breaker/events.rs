@@ -23,10 +23,10 @@
 //!   than waited for; drops are counted
 //!   ([`Subscription::dropped_events`]) and the first one is logged at WARN.
 //!   The last [`EventHub::RESERVED_FOR_TRANSITIONS`] places are kept for
-//!   transitions: a flood of rejections from an open breaker is dropped
-//!   first, so that the transition that ends the outage still reaches a
-//!   subscriber that keeps the breaker's state (such as
-//!   `metrics::spawn_publisher`'s state gauge).
+//!   transitions and the rates they report: a flood of rejections from an
+//!   open breaker is dropped first, so that the transition that ends the
+//!   outage still reaches a subscriber that keeps the breaker's state
+//!   (such as `metrics::spawn_publisher`'s state gauge).
 //! * **Panics are contained**: a subscriber that panics is caught
 //!   (`catch_unwind`), reported once at ERROR via `tracing`, and keeps its
 //!   subscription: one bad event should not silence monitoring for good, and
@@ -358,10 +358,13 @@ impl EventHub {
     pub const QUEUE_CAPACITY: usize = 1024;
 
     /// Of [`QUEUE_CAPACITY`](Self::QUEUE_CAPACITY), the places only a
-    /// [`BreakerEvent::StateTransition`] may take: other events are dropped
-    /// once the rest is full. A breaker makes few transitions (each open
-    /// lasts its wait), so 256 is minutes of a flapping breaker's, while a
-    /// flood of rejections cannot crowd out the one that says it closed.
+    /// [`BreakerEvent::StateTransition`] and the rates it reports
+    /// ([`FailureRateExceeded`](BreakerEvent::FailureRateExceeded),
+    /// [`SlowCallRateExceeded`](BreakerEvent::SlowCallRateExceeded)) may
+    /// take: rejections are dropped once the rest is full. A breaker makes
+    /// few transitions (each open lasts its wait), so 256 is minutes of a
+    /// flapping breaker's, while a flood of rejections cannot crowd out the
+    /// one that says it closed, or why it opened.
     pub const RESERVED_FOR_TRANSITIONS: usize = 256;
 
     pub(crate) fn new() -> Arc<EventHub> {
@@ -457,13 +460,17 @@ impl EventHub {
         );
     }
 
-    /// Queues `event` if there is room for it: a transition while the queue
-    /// is not full, another event while the places reserved for
-    /// transitions are free too.
+    /// Queues `event` if there is room for it: a transition (or a rate it
+    /// reports, queued just before it) while the queue is not full, another
+    /// event while the places reserved for transitions are free too.
     fn try_queue(&self, queue: &SyncSender<Message>, event: &BreakerEvent) -> Result<(), ()> {
         let limit = match event {
-            BreakerEvent::StateTransition { .. } => Self::QUEUE_CAPACITY,
-            _ => Self::QUEUE_CAPACITY - Self::RESERVED_FOR_TRANSITIONS,
+            BreakerEvent::StateTransition { .. }
+            | BreakerEvent::FailureRateExceeded { .. }
+            | BreakerEvent::SlowCallRateExceeded { .. } => Self::QUEUE_CAPACITY,
+            BreakerEvent::CallNotPermitted { .. } => {
+                Self::QUEUE_CAPACITY - Self::RESERVED_FOR_TRANSITIONS
+            }
         };
         let queued = &self.shared.queued;
         // Counted before it is sent: the delivery thread uncounts it when
