@@ -246,8 +246,10 @@ impl Deps {
         }
     }
 
-    pub(crate) fn try_retry(&self, now: Instant) -> bool {
-        self.budget.as_ref().is_none_or(|b| b.try_retry(now))
+    /// Asks the call's budget for a retry, counted as granted only once
+    /// it is made ([`RetryBudget::count_granted`]).
+    pub(crate) fn try_retry_held(&self, now: Instant) -> bool {
+        self.budget.as_ref().is_none_or(|b| b.try_retry_held(now))
     }
 }
 

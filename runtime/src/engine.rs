@@ -1360,11 +1360,11 @@ where
                 .as_ref()
                 .filter(|n| !own.is_some_and(|o| n.same(o)));
             if let Some(nested) = nested {
-                if !nested.get().try_retry(now) {
+                if !nested.get().try_retry_held(now) {
                     break 'call give_up(error, "retry budget spent");
                 }
             }
-            if !call.deps.try_retry(now) {
+            if !call.deps.try_retry_held(now) {
                 // The retry is not made: the nested budget's grant
                 // goes back, or each refusal here would spend it.
                 if let Some(nested) = nested {
@@ -1405,8 +1405,14 @@ struct Grants<'a> {
 }
 
 impl Grants<'_> {
-    /// The retry is made: the grants are spent.
+    /// The retry is made: the grants are spent, and counted as granted.
     fn spent(self) {
+        if let Some(own) = self.own {
+            own.count_granted();
+        }
+        if let Some(nested) = self.nested {
+            nested.get().count_granted();
+        }
         std::mem::forget(self);
     }
 }

@@ -641,8 +641,8 @@ async fn a_retry_the_outer_budget_refuses_gives_the_nested_budgets_grant_back() 
                 roomy.retries, 0,
                 "retries never made were spent from the nested budget: {roomy:?}"
             );
-            // The grants are still counted (a counter never goes down).
-            assert_eq!(roomy.granted, 10, "{roomy:?}");
+            // Nor counted as granted: a grant given back never was.
+            assert_eq!(roomy.granted, 0, "{roomy:?}");
         })
         .await;
 }
@@ -690,8 +690,8 @@ async fn a_call_dropped_during_its_backoff_gives_its_retry_grants_back() {
                     budget.retries, 0,
                     "retries never made were spent from {name}: {budget:?}"
                 );
-                // The grants are still counted (a counter never goes down).
-                assert_eq!(budget.granted, 5, "{budget:?}");
+                // Nor counted as granted: a grant given back never was.
+                assert_eq!(budget.granted, 0, "{budget:?}");
             }
             // A call whose backoff passes makes its retry, and spends it.
             let dep = Flaky::failing(1);
@@ -699,6 +699,7 @@ async fn a_call_dropped_during_its_backoff_gives_its_retry_grants_back() {
             assert_eq!(dep.calls(), 2);
             let outer = Registry::current().budget("outer").unwrap().snapshot();
             assert_eq!(outer.retries, 1, "{outer:?}");
+            assert_eq!(outer.granted, 1, "the retry made is counted: {outer:?}");
         })
         .await;
 }

@@ -567,6 +567,18 @@ impl RetryBudget {
     /// it is counted against the budget; `false` when the caller must give
     /// up and return the last failure.
     pub fn try_retry(&self, now: Instant) -> bool {
+        let allowed = self.try_retry_held(now);
+        if allowed {
+            self.count_granted();
+        }
+        allowed
+    }
+
+    /// [`try_retry`](Self::try_retry) for a retry that may still not be
+    /// made: a refusal is counted, a grant only once the retry is made
+    /// ([`count_granted`](Self::count_granted)); a grant not used is given
+    /// back ([`give_back`](Self::give_back)), and `granted` never counts it.
+    pub(crate) fn try_retry_held(&self, now: Instant) -> bool {
         let allowed = match &self.policy {
             Policy::Ratio {
                 window,
@@ -580,20 +592,22 @@ impl RetryBudget {
             }
             Policy::Tokens(tokens) => tokens.allows_retry(),
         };
-        let counter = if allowed {
-            &self.granted
-        } else {
-            &self.refused
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
+        if !allowed {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+        }
         allowed
+    }
+
+    /// A retry granted by [`try_retry_held`](Self::try_retry_held) is made.
+    pub(crate) fn count_granted(&self) {
+        self.granted.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Gives back a retry granted by [`try_retry`](Self::try_retry) at
     /// `now` that was then not made (another budget on the path refused
     /// it): the window forgets it. A token bucket's grant takes nothing, so
-    /// it has nothing to give back. The `granted` count, a monotonic
-    /// counter for metrics, keeps it.
+    /// it has nothing to give back. A grant given back was never counted
+    /// in `granted` (a monotonic counter for metrics).
     pub(crate) fn give_back(&self, now: Instant) {
         if let Policy::Ratio { window, .. } = &self.policy {
             window.remove(self.nanos(now), RETRIES);
@@ -688,9 +702,10 @@ pub struct BudgetSnapshot {
     pub remaining: u64,
     /// Token buckets: the tokens left. Ratio budgets: `None`.
     pub tokens: Option<f64>,
-    /// Retries granted since the budget was made (a counter: it includes
-    /// grants given back when another budget on the path then refused the
-    /// retry, which `retries` and `remaining` no longer count).
+    /// Retries granted since the budget was made (a counter). For an
+    /// annotated function, a grant is counted when its retry is made: not
+    /// one given back because another budget on the path refused the
+    /// retry, or because the call was dropped during its backoff.
     pub granted: u64,
     /// Retries refused since the budget was made.
     pub refused: u64,
