@@ -302,6 +302,70 @@ fn a_blocked_subscriber_delays_no_call_and_gets_a_prefix_of_the_events_in_order(
     );
 }
 
+/// A rate a transition reports comes just before it, and may use the
+/// places reserved for transitions only while its transition fits too:
+/// with one place left, the rate that once took it left the transition
+/// out, and a subscriber keeping the state never learned the breaker had
+/// opened (review 34).
+#[test]
+fn a_rate_never_takes_the_last_place_from_its_transition() {
+    let _one_at_a_time = DROP_WARNING.lock().unwrap_or_else(|e| e.into_inner());
+    let b = Breaker::new("dep", window_of_four()).unwrap();
+    let (entered, first_taken) = mpsc::channel::<()>();
+    let (release, blocked) = mpsc::channel::<()>();
+    let (entered, blocked) = (Mutex::new(entered), Mutex::new(blocked));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let subscription = b.subscribe(move |e| {
+        let _ = entered.lock().unwrap().send(());
+        let _ = blocked.lock().unwrap().recv();
+        sink.lock().unwrap().push(e.clone());
+    });
+    b.transition_to(State::Open);
+    // The delivery thread holds the first event (out of the queue) before
+    // the queue is filled: the count below is then exact.
+    first_taken
+        .recv_timeout(FLUSH)
+        .expect("the first event delivered");
+    // 768 rejections fill the places open to them.
+    for _ in 0..2 * EventHub::QUEUE_CAPACITY {
+        assert!(b.try_acquire().is_err());
+    }
+    // Transitions take the reserved places but one.
+    for _ in 0..EventHub::RESERVED_FOR_TRANSITIONS - 2 {
+        b.transition_to(State::Open);
+    }
+    b.transition_to(State::Closed);
+    for _ in 0..4 {
+        b.try_acquire().unwrap().record(FAILURE);
+    }
+    assert_eq!(b.state(), State::Open, "four failures opened it");
+    drop(release);
+    assert!(subscription.flush(FLUSH));
+    let seen = seen.lock().unwrap();
+    let last = seen.last().expect("events delivered");
+    assert!(
+        matches!(
+            last,
+            BreakerEvent::StateTransition {
+                from: State::Closed,
+                to: State::Open,
+                reason: TransitionReason::FailureRate { .. },
+                ..
+            }
+        ),
+        "the last transition arrives, not its rate alone: {last:?}"
+    );
+    for (i, e) in seen.iter().enumerate() {
+        if matches!(e, BreakerEvent::FailureRateExceeded { .. }) {
+            assert!(
+                matches!(seen.get(i + 1), Some(BreakerEvent::StateTransition { .. })),
+                "a rate without its transition at {i}"
+            );
+        }
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn transitions_carry_their_reasons() {
     let b = Breaker::new(

@@ -423,7 +423,7 @@ impl EventHub {
     /// queue's slots are allocated when it is made; cloning an event clones
     /// an `Arc`).
     pub(crate) fn emit(&self, event: &BreakerEvent) {
-        if self.emit_quietly(event) {
+        if self.emit_quietly(event, 0) {
             Self::log_first_drop(event.name());
         }
     }
@@ -432,12 +432,17 @@ impl EventHub {
     /// `true` when this was it, for the caller to log (with
     /// [`log_first_drop`](Self::log_first_drop)) once it holds no lock: a
     /// tracing subscriber runs there, and may panic.
-    pub(crate) fn emit_quietly(&self, event: &BreakerEvent) -> bool {
+    ///
+    /// `behind`: how many events of the same transition are queued right
+    /// after this one (a rate it reports comes before it): a rate is
+    /// queued only while there is room for them too, so that it never
+    /// takes the place of its transition.
+    pub(crate) fn emit_quietly(&self, event: &BreakerEvent, behind: usize) -> bool {
         if !self.is_observed() {
             return false;
         }
         match self.queue.get() {
-            Some(Some(queue)) => match self.try_queue(queue, event) {
+            Some(Some(queue)) => match self.try_queue(queue, event, behind) {
                 Ok(()) => false,
                 Err(()) => self.dropped.fetch_add(1, Ordering::Relaxed) == 0,
             },
@@ -460,14 +465,23 @@ impl EventHub {
         );
     }
 
-    /// Queues `event` if there is room for it: a transition (or a rate it
-    /// reports, queued just before it) while the queue is not full, another
-    /// event while the places reserved for transitions are free too.
-    fn try_queue(&self, queue: &SyncSender<Message>, event: &BreakerEvent) -> Result<(), ()> {
+    /// Queues `event` if there is room for it: a transition while the queue
+    /// is not full, a rate it reports (queued just before it, `behind`
+    /// events ahead of it) while there is room for the rest of its
+    /// transition's events too, another event while the places reserved
+    /// for transitions are free too.
+    fn try_queue(
+        &self,
+        queue: &SyncSender<Message>,
+        event: &BreakerEvent,
+        behind: usize,
+    ) -> Result<(), ()> {
         let limit = match event {
-            BreakerEvent::StateTransition { .. }
-            | BreakerEvent::FailureRateExceeded { .. }
-            | BreakerEvent::SlowCallRateExceeded { .. } => Self::QUEUE_CAPACITY,
+            BreakerEvent::StateTransition { .. } => Self::QUEUE_CAPACITY,
+            BreakerEvent::FailureRateExceeded { .. }
+            | BreakerEvent::SlowCallRateExceeded { .. } => {
+                Self::QUEUE_CAPACITY.saturating_sub(behind)
+            }
             BreakerEvent::CallNotPermitted { .. } => {
                 Self::QUEUE_CAPACITY - Self::RESERVED_FOR_TRANSITIONS
             }

@@ -618,8 +618,10 @@ impl Order {
     fn queue(&mut self, generations: (u32, u32), events: Events, hub: &EventHub) -> bool {
         self.last = generations.1;
         let mut first_drop = false;
+        let mut behind = events.iter().flatten().count();
         for event in events.iter().flatten() {
-            first_drop |= hub.emit_quietly(event);
+            behind -= 1;
+            first_drop |= hub.emit_quietly(event, behind);
         }
         first_drop
     }
