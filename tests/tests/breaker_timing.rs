@@ -198,3 +198,46 @@ async fn a_body_that_blocks_then_waits_is_timed_from_its_start() {
         })
         .await;
 }
+
+/// A half-open probe is timed as a call of the closed breaker is: on a
+/// paused clock, a probe that blocked its thread past the threshold and
+/// never waited was timed on tokio's clock, which had not moved, and was
+/// not slow, while the same body in the closed breaker was (review 34).
+#[tokio::test(start_paused = true)]
+async fn a_probe_gets_the_verdict_a_closed_breakers_call_gets() {
+    let registry = Registry::builder()
+        .breaker(
+            "timed",
+            BreakerConfig::default()
+                .sliding_window(SlidingWindow::CountBased { size: 4 })
+                .minimum_number_of_calls(4)
+                .slow_call_rate_threshold(50.0)
+                .slow_call_duration_threshold(THRESHOLD)
+                .permitted_number_of_calls_in_half_open_state(1),
+        )
+        .build()
+        .unwrap();
+    let blocked = THRESHOLD + Duration::from_millis(150);
+    registry
+        .scope(async {
+            // Closed: slow where the coarse clock times it (Linux), not
+            // where tokio's paused clock does.
+            call(blocked, Duration::ZERO).await.unwrap();
+            let slow_when_closed = slow_calls(&registry) == 1;
+            let breaker = registry.breaker("timed").unwrap();
+            breaker.transition_to(State::HalfOpen);
+            call(blocked, Duration::ZERO).await.unwrap();
+            let expected = if slow_when_closed {
+                State::Open
+            } else {
+                State::Closed
+            };
+            assert_eq!(
+                breaker.state(),
+                expected,
+                "the probe was slow: {}, the closed breaker's call: {slow_when_closed}",
+                breaker.state() == State::Open
+            );
+        })
+        .await;
+}

@@ -256,7 +256,7 @@ impl Breaker {
                 Ok(())
             }
             None => {
-                *into = Some(self.try_acquire_timed(now)?);
+                *into = Some(self.try_acquire_timed(now, Timing::in_call)?);
                 Ok(())
             }
         }
@@ -273,7 +273,7 @@ impl Breaker {
     ) -> Result<BreakerPermit<'_>, crate::Error> {
         match self.core.try_acquire_untimed() {
             Some(admission) => Ok(self.permit(admission, timing(self, now))),
-            None => self.try_acquire_timed(now),
+            None => self.try_acquire_timed(now, timing),
         }
     }
 
@@ -287,8 +287,14 @@ impl Breaker {
         }
     }
 
+    /// A half-open probe is timed as a closed breaker's call is (`timing`):
+    /// the same body gets the same verdict in either state.
     #[cold]
-    fn try_acquire_timed(&self, now: Instant) -> Result<BreakerPermit<'_>, crate::Error> {
+    fn try_acquire_timed(
+        &self,
+        now: Instant,
+        timing: fn(&Breaker, Instant) -> Timing,
+    ) -> Result<BreakerPermit<'_>, crate::Error> {
         match self.core.try_acquire(self.since_origin(now)) {
             Acquired::Admitted {
                 admission,
@@ -297,7 +303,7 @@ impl Breaker {
                 // The permit owns the probe slot before anything else runs:
                 // whatever happens while the transition is announced, dropping
                 // the permit hands the slot back.
-                let permit = self.permit(admission, Timing::exact(self, now));
+                let permit = self.permit(admission, timing(self, now));
                 if transition.is_some() {
                     self.announce([transition, None], false);
                 }

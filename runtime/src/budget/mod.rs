@@ -705,7 +705,9 @@ pub struct BudgetSnapshot {
     /// Retries granted since the budget was made (a counter). For an
     /// annotated function, a grant is counted when its retry is made: not
     /// one given back because another budget on the path refused the
-    /// retry, or because the call was dropped during its backoff.
+    /// retry, or because the call was dropped during its backoff. A retry
+    /// made and then refused at once by a breaker, bulkhead or throttle
+    /// counts, as it does in `retries` and `resilient_retries_total`.
     pub granted: u64,
     /// Retries refused since the budget was made.
     pub refused: u64,
