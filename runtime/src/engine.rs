@@ -470,6 +470,7 @@ impl<C> Call<C> {
     /// is the call's). `base`: the path's position before this attempt.
     /// `waiting`: the lean path's first attempt, through the breaker (its
     /// permit) and the throttle, waiting for a bulkhead slot.
+    #[allow(clippy::too_many_arguments)]
     async fn attempt<T, E, V, Fut>(
         &self,
         span: &CallSpan,
@@ -477,6 +478,7 @@ impl<C> Call<C> {
         base: u32,
         started: Option<Instant>,
         waiting: Option<Option<BreakerPermit<'static>>>,
+        grants: Option<Grants<'_>>,
         make: impl FnOnce() -> Fut,
     ) -> Attempted<T, E>
     where
@@ -501,10 +503,15 @@ impl<C> Call<C> {
                 telemetry::waiting(self.policy, wait).await
             }
         };
+        // A retry refused here never went out: its budgets' grants go back
+        // (dropped). Admitted, it goes out, and spends them.
         let (mut admission, body_start) = match admitted {
             Ok(admitted) => admitted,
             Err(refusal) => return self.refused_attempt(number, refusal),
         };
+        if let Some(grants) = grants {
+            grants.spend();
+        }
         // A request earns retry budget once, when it really goes out: not
         // when refused locally, not again when an enclosing layer retries
         // it, and not at all when no layer on its path can retry (the
@@ -1009,7 +1016,7 @@ where
         First::NotBegun => None,
     };
     let attempted = call
-        .attempt(&span, 1, call.path.base, call.start, waiting, make)
+        .attempt(&span, 1, call.path.base, call.start, waiting, None, make)
         .await;
     once_end(&call, &span, attempted, refuse, describe)
 }
@@ -1233,6 +1240,9 @@ where
     let span = &span;
     // The budget below the last attempt, nearest the dependency.
     let mut last_nested: Option<BudgetRef>;
+    // The budgets' grants of the retry about to be made: spent once its
+    // attempt is admitted, given back if it is refused or never made.
+    let mut grants: Option<Grants<'_>> = None;
     // One block, not a nested `async fn`: see `once_lean` on nesting.
     let result: Result<R::Ok, (R::Error, CallOutcome)> = 'call: {
         let mut delays = policy.backoff.delays();
@@ -1258,13 +1268,22 @@ where
                         position,
                         started.take(),
                         waiting,
+                        None,
                         &mut attempt,
                     )
                     .await
                 }
                 Some(First::NotBegun) | None => {
-                    call.attempt(span, number, position, started.take(), None, &mut attempt)
-                        .await
+                    call.attempt(
+                        span,
+                        number,
+                        position,
+                        started.take(),
+                        None,
+                        grants.take(),
+                        &mut attempt,
+                    )
+                    .await
                 }
             };
             let nested_gave_up = match attempted.frame {
@@ -1372,20 +1391,23 @@ where
                 }
                 break 'call give_up(error, "retry budget spent");
             }
-            // Until the retry is made, its grants are held: a call dropped
-            // while it sleeps (its caller's timeout, a `select!`) never
-            // makes it, and gives them back.
-            let grants = Grants {
+            // Until the retry's attempt is admitted, its grants are held: a
+            // call dropped while it sleeps (its caller's timeout, a
+            // `select!`) or waits for a bulkhead slot never makes it, nor
+            // does one a breaker, bulkhead or throttle refuses, and they
+            // go back.
+            let held = Grants {
                 own: call.deps.budget_ref(),
-                nested,
+                nested: nested.cloned(),
                 at: now,
+                spent: false,
             };
             let left = call.deadline.map(|d| d.saturating_duration_since(now));
             telemetry::retrying(
                 policy, span, number, &cause, &error, describe, delay, source, left,
             );
             tokio::time::sleep(delay).await;
-            grants.spent();
+            grants = Some(held);
             telemetry::retry_made(policy);
         }
     };
@@ -1395,34 +1417,39 @@ where
     R::from_result(call.end(result))
 }
 
-/// The retry budgets' grants of a retry not yet made: given back if the
-/// call is dropped before it makes it.
+/// The retry budgets' grants of a retry not yet made: given back if it is
+/// not made (the call dropped before, or the attempt refused here).
 struct Grants<'a> {
     own: Option<&'a RetryBudget>,
-    nested: Option<&'a BudgetRef>,
+    nested: Option<BudgetRef>,
     /// When they were granted: the window slot they were counted in.
     at: Instant,
+    spent: bool,
 }
 
 impl Grants<'_> {
-    /// The retry is made: the grants are spent, and counted as granted.
-    fn spent(self) {
+    /// The retry's attempt goes out: the grants are spent, and counted as
+    /// granted.
+    fn spend(mut self) {
+        self.spent = true;
         if let Some(own) = self.own {
             own.count_granted();
         }
-        if let Some(nested) = self.nested {
+        if let Some(nested) = &self.nested {
             nested.get().count_granted();
         }
-        std::mem::forget(self);
     }
 }
 
 impl Drop for Grants<'_> {
     fn drop(&mut self) {
+        if self.spent {
+            return;
+        }
         if let Some(own) = self.own {
             own.give_back(self.at);
         }
-        if let Some(nested) = self.nested {
+        if let Some(nested) = &self.nested {
             nested.get().give_back(self.at);
         }
     }

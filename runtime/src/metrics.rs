@@ -188,7 +188,8 @@ pub const BULKHEAD_REFUSED: &str = "resilient_bulkhead_refused_calls_total";
 pub const BUDGET_REMAINING: &str = "resilient_budget_remaining_retries";
 
 /// Counter: retries the budget granted (for annotated functions, counted
-/// when the retry is made; a grant given back is not counted).
+/// when the retry's attempt goes out; a grant given back, the retry not
+/// made or refused by a breaker, bulkhead or throttle, is not counted).
 ///
 /// Labels: `budget`.
 pub const BUDGET_GRANTED: &str = "resilient_budget_granted_retries_total";

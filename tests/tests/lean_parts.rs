@@ -1028,15 +1028,18 @@ const SCRIPT: &[Act] = {
         WaitOpen,
         Once(Succeed), // the first of two probes
         // The second probe fails: 50 %, open again. Its retry, granted by
-        // the budget (2 < 6 × 0.5), is refused by the breaker.
+        // the budget (2 < 6 × 0.5), is refused by the breaker, and its
+        // grant goes back.
         Retrying(Fail),
         WaitOpen,
         Once(Slow),        // a slow probe
         Retrying(Succeed), // closes it: half the probes slow, under 100 %
-        // Retried once (3 < 8 × 0.5), then refused by the budget (4 < 4).
+        // Retried twice (2 and 3 < 8 × 0.5): [F F F].
         Retrying(Fail),
-        Once(Fail),
-        Once(Succeed), // [F F F S]: 75 %, open
+        // Fails: [F F F F], 100 %, open; its retry is refused by the
+        // budget (4 < 9 × 0.5 is false).
+        Retrying(Fail),
+        Once(Succeed), // refused: open
     ]
 };
 

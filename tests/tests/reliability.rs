@@ -704,6 +704,55 @@ async fn a_call_dropped_during_its_backoff_gives_its_retry_grants_back() {
         .await;
 }
 
+// ---- A retry refused here takes nothing from its budget ----
+
+#[resilient(
+    retries = 3,
+    idempotent,
+    base_ms = 100,
+    cap_ms = 100,
+    breaker = "opens-at-two"
+)]
+async fn retried_into_an_opening_breaker(dep: &Flaky) -> Result<(), E> {
+    dep.call().await
+}
+
+/// A retry granted, whose attempt the breaker (opened by the attempts
+/// before it) then refuses, never went out: its grant goes back, and is
+/// not counted as granted (review 34: `granted` and `retries` said 2 for
+/// the one retry that reached the dependency).
+#[tokio::test(start_paused = true)]
+async fn a_retry_refused_by_the_breaker_gives_its_grant_back() {
+    let registry = Registry::builder()
+        .breaker(
+            "opens-at-two",
+            BreakerConfig::default()
+                .sliding_window(resilient::SlidingWindow::CountBased { size: 2 })
+                .minimum_number_of_calls(2),
+        )
+        .build()
+        .unwrap();
+    registry
+        .scope(async {
+            let dep = Flaky::failing(u32::MAX);
+            match retried_into_an_opening_breaker(&dep).await {
+                Err(E::Resilience(e)) => assert_eq!(e.kind(), ErrorKind::BreakerOpen),
+                other => panic!("expected the breaker's refusal, got {other:?}"),
+            }
+            assert_eq!(dep.calls(), 2, "two attempts reached the dependency");
+            let budget = Registry::current()
+                .budget("opens-at-two")
+                .unwrap()
+                .snapshot();
+            assert_eq!(
+                (budget.granted, budget.retries),
+                (1, 1),
+                "one retry went out: {budget:?}"
+            );
+        })
+        .await;
+}
+
 // ---- Calls refused locally earn no retry budget ----
 
 #[resilient(retries = 3, idempotent, base_ms = 1, cap_ms = 1, breaker = "dep")]

@@ -598,7 +598,7 @@ impl RetryBudget {
         allowed
     }
 
-    /// A retry granted by [`try_retry_held`](Self::try_retry_held) is made.
+    /// A retry granted by [`try_retry_held`](Self::try_retry_held) goes out.
     pub(crate) fn count_granted(&self) {
         self.granted.fetch_add(1, Ordering::Relaxed);
     }
@@ -703,11 +703,13 @@ pub struct BudgetSnapshot {
     /// Token buckets: the tokens left. Ratio budgets: `None`.
     pub tokens: Option<f64>,
     /// Retries granted since the budget was made (a counter). For an
-    /// annotated function, a grant is counted when its retry is made: not
-    /// one given back because another budget on the path refused the
-    /// retry, or because the call was dropped during its backoff. A retry
-    /// made and then refused at once by a breaker, bulkhead or throttle
-    /// counts, as it does in `retries` and `resilient_retries_total`.
+    /// annotated function, a grant is counted when its retry's attempt is
+    /// admitted and goes out: not one given back because another budget on
+    /// the path refused the retry, because the call was dropped during its
+    /// backoff (or its wait for a bulkhead slot), or because a breaker,
+    /// bulkhead or throttle refused the attempt (`retries` does not count
+    /// those either; `resilient_retries_total`, the function's retries,
+    /// counts a retry refused so, as an attempt `refused`).
     pub granted: u64,
     /// Retries refused since the budget was made.
     pub refused: u64,
