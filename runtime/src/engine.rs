@@ -469,7 +469,9 @@ impl<C> Call<C> {
     /// `started`: the attempt's start, when already read (the first one's
     /// is the call's). `base`: the path's position before this attempt.
     /// `waiting`: the lean path's first attempt, through the breaker (its
-    /// permit) and the throttle, waiting for a bulkhead slot.
+    /// permit) and the throttle, waiting for a bulkhead slot. `grants`: a
+    /// retry's budget grants, spent once the attempt is admitted (given
+    /// back, dropped, if it is refused).
     #[allow(clippy::too_many_arguments)]
     async fn attempt<T, E, V, Fut>(
         &self,
