@@ -306,7 +306,7 @@ fn a_blocked_subscriber_delays_no_call_and_gets_a_prefix_of_the_events_in_order(
 /// places reserved for transitions only while its transition fits too:
 /// with one place left, the rate that once took it left the transition
 /// out, and a subscriber keeping the state never learned the breaker had
-/// opened (review 34).
+/// opened (review 34). A flush that timed out took it too (review 35).
 #[test]
 fn a_rate_never_takes_the_last_place_from_its_transition() {
     let _one_at_a_time = DROP_WARNING.lock().unwrap_or_else(|e| e.into_inner());
@@ -336,6 +336,9 @@ fn a_rate_never_takes_the_last_place_from_its_transition() {
         b.transition_to(State::Open);
     }
     b.transition_to(State::Closed);
+    // A flush the blocked subscriber makes time out takes no place kept
+    // for transitions (review 35: its message took the last one).
+    assert!(!subscription.flush(Duration::from_millis(5)));
     for _ in 0..4 {
         b.try_acquire().unwrap().record(FAILURE);
     }
@@ -354,7 +357,7 @@ fn a_rate_never_takes_the_last_place_from_its_transition() {
                 ..
             }
         ),
-        "the last transition arrives, not its rate alone: {last:?}"
+        "the last transition arrives (not only its rate, nor a transition before it): {last:?}"
     );
     for (i, e) in seen.iter().enumerate() {
         if matches!(e, BreakerEvent::FailureRateExceeded { .. }) {

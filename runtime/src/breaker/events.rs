@@ -342,6 +342,7 @@ impl Shared {
                     self.deliver(&event);
                 }
                 Message::Flush(done) => {
+                    self.queued.fetch_sub(1, Ordering::Relaxed);
                     let _ = done.try_send(());
                 }
             }
@@ -507,17 +508,32 @@ impl EventHub {
         let deadline = Instant::now() + timeout;
         let (done, delivered) = mpsc::sync_channel(1);
         let mut message = Message::Flush(done);
+        // Counted in the queue, as a rejection is: it takes a place of the
+        // channel, and never one of those kept for transitions (review 35:
+        // a flush that timed out left its message in the last place, and
+        // the transition after it was dropped).
+        let queued = &self.shared.queued;
+        let limit = Self::QUEUE_CAPACITY - Self::RESERVED_FOR_TRANSITIONS;
         loop {
-            match queue.try_send(message) {
+            let sent = if queued.fetch_add(1, Ordering::Relaxed) >= limit {
+                Err(TrySendError::Full(message))
+            } else {
+                queue.try_send(message)
+            };
+            match sent {
                 Ok(()) => break,
                 Err(TrySendError::Full(m)) => {
+                    queued.fetch_sub(1, Ordering::Relaxed);
                     if Instant::now() >= deadline {
                         return false;
                     }
                     message = m;
                     std::thread::sleep(Duration::from_millis(1));
                 }
-                Err(TrySendError::Disconnected(_)) => return true,
+                Err(TrySendError::Disconnected(_)) => {
+                    queued.fetch_sub(1, Ordering::Relaxed);
+                    return true;
+                }
             }
         }
         delivered
