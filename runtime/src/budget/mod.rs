@@ -709,7 +709,12 @@ pub struct BudgetSnapshot {
     /// backoff (or its wait for a bulkhead slot), or because a breaker,
     /// bulkhead or throttle refused the attempt (`retries` does not count
     /// those either; `resilient_retries_total`, the function's retries,
-    /// counts a retry refused so, as an attempt `refused`).
+    /// counts a retry refused so, as an attempt `refused`). The refusal
+    /// seen is the retrying function's own: when the budget is that of a
+    /// call nested inside it (asked first, as nearest the dependency), and
+    /// that call's own breaker or bulkhead refuses the retry, the grant is
+    /// still spent and counted, which can only make the budget refuse
+    /// sooner.
     pub granted: u64,
     /// Retries refused since the budget was made.
     pub refused: u64,
