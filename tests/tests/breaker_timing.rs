@@ -33,16 +33,17 @@ impl Classify for E {
 const THRESHOLD: Duration = Duration::from_millis(500);
 
 /// A breaker that opens when half of its last four calls were slow.
+fn timed() -> BreakerConfig {
+    BreakerConfig::default()
+        .sliding_window(SlidingWindow::CountBased { size: 4 })
+        .minimum_number_of_calls(4)
+        .slow_call_rate_threshold(50.0)
+        .slow_call_duration_threshold(THRESHOLD)
+}
+
 fn registry() -> Registry {
     Registry::builder()
-        .breaker(
-            "timed",
-            BreakerConfig::default()
-                .sliding_window(SlidingWindow::CountBased { size: 4 })
-                .minimum_number_of_calls(4)
-                .slow_call_rate_threshold(50.0)
-                .slow_call_duration_threshold(THRESHOLD),
-        )
+        .breaker("timed", timed())
         .build()
         .unwrap()
 }
@@ -208,12 +209,7 @@ async fn a_probe_gets_the_verdict_a_closed_breakers_call_gets() {
     let registry = Registry::builder()
         .breaker(
             "timed",
-            BreakerConfig::default()
-                .sliding_window(SlidingWindow::CountBased { size: 4 })
-                .minimum_number_of_calls(4)
-                .slow_call_rate_threshold(50.0)
-                .slow_call_duration_threshold(THRESHOLD)
-                .permitted_number_of_calls_in_half_open_state(1),
+            timed().permitted_number_of_calls_in_half_open_state(1),
         )
         .build()
         .unwrap();
