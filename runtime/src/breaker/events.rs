@@ -26,7 +26,10 @@
 //!   transitions and the rates they report: a flood of rejections from an
 //!   open breaker is dropped first, so that the transition that ends the
 //!   outage still reaches a subscriber that keeps the breaker's state
-//!   (such as `metrics::spawn_publisher`'s state gauge).
+//!   (such as `metrics::spawn_publisher`'s state gauge). If the delivery
+//!   thread cannot be started (the system refuses a thread), every event is
+//!   dropped and counted, and that is logged once at WARN: subscribers
+//!   never run on a caller's thread instead.
 //! * **Panics are contained**: a subscriber that panics is caught
 //!   (`catch_unwind`), reported once at ERROR via `tracing`, and keeps its
 //!   subscription: one bad event should not silence monitoring for good, and
@@ -291,8 +294,10 @@ pub struct EventHub {
     dropped: AtomicU64,
     shared: Arc<Shared>,
     /// The queue to the delivery thread, made at the first subscription;
-    /// `None` if the thread could not be spawned (events are then delivered
-    /// in place, panics still contained).
+    /// `None` if the thread could not be spawned (events are then dropped
+    /// and counted: never delivered on a caller's thread, where a slow
+    /// subscriber would hold the call, and one that changes the breaker's
+    /// state would wait on the lock that orders its transitions).
     queue: OnceLock<Option<SyncSender<Message>>>,
 }
 
@@ -391,11 +396,22 @@ impl EventHub {
         self.queue.get_or_init(|| {
             let (sender, receiver) = mpsc::sync_channel(Self::QUEUE_CAPACITY);
             let shared = Arc::clone(&self.shared);
-            std::thread::Builder::new()
+            match std::thread::Builder::new()
                 .name("resilient-breaker-events".into())
                 .spawn(move || shared.run(receiver))
-                .ok()
-                .map(|_| sender)
+            {
+                Ok(_) => Some(sender),
+                Err(error) => {
+                    #[cfg(feature = "tracing")]
+                    tracing::warn!(
+                        %error,
+                        "resilient: the breaker events' delivery thread could not be started; events will be dropped and counted (Subscription::dropped_events)"
+                    );
+                    #[cfg(not(feature = "tracing"))]
+                    let _ = error;
+                    None
+                }
+            }
         });
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut subscribers = self
@@ -447,8 +463,9 @@ impl EventHub {
                 Ok(()) => false,
                 Err(()) => self.dropped.fetch_add(1, Ordering::Relaxed) == 0,
             },
+            // No delivery thread (logged when it failed to start).
             Some(None) => {
-                self.shared.deliver(event);
+                self.dropped.fetch_add(1, Ordering::Relaxed);
                 false
             }
             None => false,
@@ -595,5 +612,36 @@ impl Drop for Subscription {
         if let Some(hub) = self.hub.upgrade() {
             hub.unsubscribe(self.id);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A hub whose delivery thread could not be started drops its events
+    /// (counted) rather than run subscribers on the caller's thread.
+    #[test]
+    fn without_a_delivery_thread_events_are_dropped_not_delivered_in_place() {
+        let hub = EventHub::new();
+        // As if spawning the thread had failed at the first subscription.
+        assert!(hub.queue.set(None).is_ok());
+        let caller = std::thread::current().id();
+        let on_caller = Arc::new(AtomicBool::new(false));
+        let seen = Arc::clone(&on_caller);
+        let subscription = hub.subscribe(move |_| {
+            if std::thread::current().id() == caller {
+                seen.store(true, Ordering::SeqCst);
+            }
+        });
+        hub.emit(&BreakerEvent::CallNotPermitted {
+            name: Arc::from("dep"),
+        });
+        assert!(
+            !on_caller.load(Ordering::SeqCst),
+            "a subscriber ran on the caller's thread"
+        );
+        assert_eq!(subscription.dropped_events(), 1);
+        assert!(subscription.flush(Duration::from_millis(10)));
     }
 }
