@@ -8,7 +8,7 @@
 //! once, and are dropped (and counted) only when the bounded queue is full,
 //! rejections before transitions.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
@@ -367,6 +367,89 @@ fn a_rate_never_takes_the_last_place_from_its_transition() {
             );
         }
     }
+}
+
+/// A rate and its transition arrive together, nothing between them, while
+/// another thread's rejections pour in (review 36: a rejection landed
+/// between them, and on a registry's shared hub another breaker's
+/// transition could take the place the rate had left its transition).
+#[test]
+fn a_rate_and_its_transition_arrive_with_nothing_between_them() {
+    let tripping = BreakerConfig::default()
+        .sliding_window(SlidingWindow::CountBased { size: 1 })
+        .minimum_number_of_calls(1)
+        .wait_duration_in_open_state(Duration::from_secs(3600));
+    let b = Arc::new(Breaker::new("dep", tripping).unwrap());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let subscription = b.subscribe(move |e| sink.lock().unwrap().push(e.clone()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let flood = {
+        let (b, stop) = (b.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let _ = b.try_acquire();
+            }
+        })
+    };
+    finishes_within(Duration::from_secs(60), {
+        let b = b.clone();
+        move || {
+            for _ in 0..2000 {
+                b.transition_to(State::Closed);
+                // The flooding thread may take the permit in between.
+                if let Ok(permit) = b.try_acquire() {
+                    permit.record(FAILURE);
+                }
+            }
+        }
+    });
+    stop.store(true, Ordering::Relaxed);
+    flood.join().unwrap();
+    assert!(subscription.flush(FLUSH));
+    let seen = seen.lock().unwrap();
+    let rates = seen
+        .iter()
+        .filter(|e| matches!(e, BreakerEvent::FailureRateExceeded { .. }))
+        .count();
+    assert!(rates > 0, "the breaker opened on a failure");
+    let apart: Vec<usize> = (0..seen.len())
+        .filter(|&i| {
+            matches!(seen[i], BreakerEvent::FailureRateExceeded { .. })
+                && !matches!(
+                    seen.get(i + 1),
+                    Some(BreakerEvent::StateTransition {
+                        to: State::Open,
+                        ..
+                    })
+                )
+        })
+        .collect();
+    assert!(
+        apart.is_empty(),
+        "{} of {rates} rates not followed at once by their transition (first at {:?})",
+        apart.len(),
+        apart.first()
+    );
+}
+
+/// `flush(Duration::MAX)` waits for as long as delivery takes (review 36:
+/// it panicked, adding the timeout to the clock).
+#[test]
+fn a_flush_without_a_bound_waits_for_delivery() {
+    let b = Breaker::new("dep", window_of_four()).unwrap();
+    let delivered = Arc::new(AtomicUsize::new(0));
+    let count = delivered.clone();
+    let subscription = b.subscribe(move |_| {
+        count.fetch_add(1, Ordering::SeqCst);
+    });
+    b.transition_to(State::Open);
+    let flushed = finishes_within(Duration::from_secs(30), move || {
+        let done = subscription.flush(Duration::MAX);
+        (done, subscription)
+    });
+    assert!(flushed.0);
+    assert_eq!(delivered.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test(start_paused = true)]

@@ -16,7 +16,12 @@
 //!   were queued, to every subscriber in the order they subscribed. Events
 //!   caused by one thread are queued in the order they happened, and a
 //!   breaker's transitions in the order they were made, whichever threads
-//!   made them: each starts from the state the one before it ended in.
+//!   made them: each starts from the state the one before it ended in. A
+//!   transition and the rates it reports arrive together, nothing between
+//!   them (when the queue has no room for all of them, the rates are
+//!   dropped, never the transition for them). Rejections are queued as
+//!   they happen, without waiting for the transition that opened the
+//!   breaker: one made on another thread may arrive just before it.
 //! * **At most once**: an event is delivered to each subscriber at most once.
 //!   When the queue is full ([`EventHub::QUEUE_CAPACITY`] events waiting,
 //!   because a subscriber is slow or blocked) a new event is dropped rather
@@ -277,6 +282,9 @@ struct Shared {
 
 enum Message {
     Event(BreakerEvent),
+    /// A transition and the rates it reports (those first), delivered one
+    /// after the other with nothing between them.
+    Transition([Option<BreakerEvent>; 3]),
     /// Answered once every message queued before it has been handled.
     Flush(SyncSender<()>),
 }
@@ -345,6 +353,13 @@ impl Shared {
                 Message::Event(event) => {
                     self.queued.fetch_sub(1, Ordering::Relaxed);
                     self.deliver(&event);
+                }
+                Message::Transition(events) => {
+                    let n = events.iter().flatten().count();
+                    self.queued.fetch_sub(n, Ordering::Relaxed);
+                    for event in events.iter().flatten() {
+                        self.deliver(event);
+                    }
                 }
                 Message::Flush(done) => {
                     self.queued.fetch_sub(1, Ordering::Relaxed);
@@ -440,7 +455,7 @@ impl EventHub {
     /// queue's slots are allocated when it is made; cloning an event clones
     /// an `Arc`).
     pub(crate) fn emit(&self, event: &BreakerEvent) {
-        if self.emit_quietly(event, 0) {
+        if self.emit_quietly(event) {
             Self::log_first_drop(event.name());
         }
     }
@@ -449,17 +464,12 @@ impl EventHub {
     /// `true` when this was it, for the caller to log (with
     /// [`log_first_drop`](Self::log_first_drop)) once it holds no lock: a
     /// tracing subscriber runs there, and may panic.
-    ///
-    /// `behind`: how many events of the same transition are queued right
-    /// after this one (a rate it reports comes before it): a rate is
-    /// queued only while there is room for them too, so that it never
-    /// takes the place of its transition.
-    pub(crate) fn emit_quietly(&self, event: &BreakerEvent, behind: usize) -> bool {
+    pub(crate) fn emit_quietly(&self, event: &BreakerEvent) -> bool {
         if !self.is_observed() {
             return false;
         }
         match self.queue.get() {
-            Some(Some(queue)) => match self.try_queue(queue, event, behind) {
+            Some(Some(queue)) => match self.try_queue(queue, event) {
                 Ok(()) => false,
                 Err(()) => self.dropped.fetch_add(1, Ordering::Relaxed) == 0,
             },
@@ -483,26 +493,73 @@ impl EventHub {
         );
     }
 
-    /// Queues `event` if there is room for it: a transition while the queue
-    /// is not full, a rate it reports (queued just before it, `behind`
-    /// events ahead of it) while there is room for the rest of its
-    /// transition's events too, another event while the places reserved
-    /// for transitions are free too.
-    fn try_queue(
+    /// Queues a transition's events (the rates it reports, then the
+    /// transition: the last one in `events`), as one message, so that
+    /// nothing comes between them, in the places kept for transitions too.
+    /// With no room for all of them, the rates are dropped and the
+    /// transition alone takes a place if there is one: a rate never
+    /// arrives without its transition, nor takes its place (reviews 34 and
+    /// 36). Returns whether this was the hub's first drop, as
+    /// [`emit_quietly`](Self::emit_quietly) does.
+    pub(crate) fn emit_transition_quietly(&self, events: &[Option<BreakerEvent>; 3]) -> bool {
+        let n = events.iter().flatten().count();
+        if n == 0 || !self.is_observed() {
+            return false;
+        }
+        let queue = match self.queue.get() {
+            Some(Some(queue)) => queue,
+            // No delivery thread (logged when it failed to start).
+            Some(None) => {
+                self.dropped.fetch_add(n as u64, Ordering::Relaxed);
+                return false;
+            }
+            None => return false,
+        };
+        if self.try_queue_group(queue, events.clone(), n).is_ok() {
+            return false;
+        }
+        let mut first_drop = self.count_dropped(n - 1);
+        let mut alone: [Option<BreakerEvent>; 3] = Default::default();
+        alone[2] = events.iter().flatten().last().cloned();
+        if self.try_queue_group(queue, alone, 1).is_err() {
+            first_drop |= self.count_dropped(1);
+        }
+        first_drop
+    }
+
+    /// Takes `n` places at once, all of them free, and sends `events` in
+    /// them.
+    fn try_queue_group(
         &self,
         queue: &SyncSender<Message>,
-        event: &BreakerEvent,
-        behind: usize,
+        events: [Option<BreakerEvent>; 3],
+        n: usize,
     ) -> Result<(), ()> {
+        let queued = &self.shared.queued;
+        // Counted before it is sent, as `try_queue` counts.
+        if queued.fetch_add(n, Ordering::Relaxed) + n > Self::QUEUE_CAPACITY {
+            queued.fetch_sub(n, Ordering::Relaxed);
+            return Err(());
+        }
+        queue.try_send(Message::Transition(events)).map_err(|_| {
+            queued.fetch_sub(n, Ordering::Relaxed);
+        })
+    }
+
+    /// Counts `n` dropped events: `true` if the first of the hub's drops
+    /// was among them.
+    fn count_dropped(&self, n: usize) -> bool {
+        n > 0 && self.dropped.fetch_add(n as u64, Ordering::Relaxed) == 0
+    }
+
+    /// Queues `event` if there is room for it: a transition while the queue
+    /// is not full, another event while the places reserved for
+    /// transitions are free too (a rate goes with its transition:
+    /// [`emit_transition_quietly`](Self::emit_transition_quietly)).
+    fn try_queue(&self, queue: &SyncSender<Message>, event: &BreakerEvent) -> Result<(), ()> {
         let limit = match event {
             BreakerEvent::StateTransition { .. } => Self::QUEUE_CAPACITY,
-            BreakerEvent::FailureRateExceeded { .. }
-            | BreakerEvent::SlowCallRateExceeded { .. } => {
-                Self::QUEUE_CAPACITY.saturating_sub(behind)
-            }
-            BreakerEvent::CallNotPermitted { .. } => {
-                Self::QUEUE_CAPACITY - Self::RESERVED_FOR_TRANSITIONS
-            }
+            _ => Self::QUEUE_CAPACITY - Self::RESERVED_FOR_TRANSITIONS,
         };
         let queued = &self.shared.queued;
         // Counted before it is sent: the delivery thread uncounts it when
@@ -522,7 +579,9 @@ impl EventHub {
         let Some(Some(queue)) = self.queue.get() else {
             return true;
         };
-        let deadline = Instant::now() + timeout;
+        // `None`: a timeout past the end of the clock (`Duration::MAX`)
+        // waits for as long as it takes (review 36: it panicked).
+        let deadline = Instant::now().checked_add(timeout);
         let (done, delivered) = mpsc::sync_channel(1);
         let mut message = Message::Flush(done);
         // Counted in the queue, as a rejection is: it takes a place of the
@@ -541,7 +600,7 @@ impl EventHub {
                 Ok(()) => break,
                 Err(TrySendError::Full(m)) => {
                     queued.fetch_sub(1, Ordering::Relaxed);
-                    if Instant::now() >= deadline {
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
                         return false;
                     }
                     message = m;
@@ -553,9 +612,12 @@ impl EventHub {
                 }
             }
         }
-        delivered
-            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .is_ok()
+        match deadline {
+            Some(d) => delivered
+                .recv_timeout(d.saturating_duration_since(Instant::now()))
+                .is_ok(),
+            None => delivered.recv().is_ok(),
+        }
     }
 
     fn unsubscribe(&self, id: u64) {

@@ -623,13 +623,7 @@ impl Order {
     /// code but this crate's runs under the lock.
     fn queue(&mut self, generations: (u32, u32), events: Events, hub: &EventHub) -> bool {
         self.last = generations.1;
-        let mut first_drop = false;
-        let mut behind = events.iter().flatten().count();
-        for event in events.iter().flatten() {
-            behind -= 1;
-            first_drop |= hub.emit_quietly(event, behind);
-        }
-        first_drop
+        hub.emit_transition_quietly(&events)
     }
 
     /// Queues the waiting transitions whose turn has come.
