@@ -433,6 +433,46 @@ fn a_rate_and_its_transition_arrive_with_nothing_between_them() {
     );
 }
 
+/// A panic payload whose own drop panics (`resume_unwind` of a value
+/// with a panicking `Drop`) is contained as the panic was: it ended the
+/// delivery thread, and every later event was lost (review 37).
+#[test]
+fn a_panic_payload_that_panics_on_drop_does_not_stop_delivery() {
+    struct Bomb;
+    impl Drop for Bomb {
+        fn drop(&mut self) {
+            if !std::thread::panicking() {
+                panic!("the payload's drop panics too");
+            }
+        }
+    }
+    let b = Breaker::new("dep", window_of_four()).unwrap();
+    let armed = Arc::new(AtomicBool::new(true));
+    let _bad = b.subscribe(move |e| {
+        if matches!(e, BreakerEvent::FailureRateExceeded { .. })
+            && armed.swap(false, Ordering::SeqCst)
+        {
+            std::panic::resume_unwind(Box::new(Bomb));
+        }
+    });
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let good = b.subscribe(move |e| sink.lock().unwrap().push(e.clone()));
+    for _ in 0..4 {
+        b.try_acquire().unwrap().record(FAILURE);
+    }
+    b.transition_to(State::Closed);
+    b.transition_to(State::Open);
+    assert!(good.flush(FLUSH), "the delivery thread is still there");
+    let seen = seen.lock().unwrap();
+    assert_eq!(
+        seen.len(),
+        4,
+        "rate, closed -> open, and two more: {seen:?}"
+    );
+    assert_eq!(good.dropped_events(), 0);
+}
+
 /// `flush(Duration::MAX)` waits for as long as delivery takes (review 36:
 /// it panicked, adding the timeout to the clock).
 #[test]

@@ -325,6 +325,18 @@ impl fmt::Debug for EventHub {
 }
 
 impl Shared {
+    /// Takes `n` places of the queue if that leaves it at most at `limit`:
+    /// never counted past the limit, even for a moment (review 37: a count
+    /// added and then taken back made a concurrent transition find the
+    /// queue full while a place was free).
+    fn take_places(&self, n: usize, limit: usize) -> bool {
+        self.queued
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |q| {
+                (q + n <= limit).then_some(q + n)
+            })
+            .is_ok()
+    }
+
     fn deliver(&self, event: &BreakerEvent) {
         // Cloned out of the lock: no lock is held while a subscriber runs, so
         // it may subscribe or unsubscribe from inside its callback.
@@ -334,15 +346,29 @@ impl Shared {
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
         for s in subscribers {
-            if catch_unwind(AssertUnwindSafe(|| (s.callback)(event))).is_err()
-                && !s.panicked.swap(true, Ordering::Relaxed)
-            {
-                #[cfg(feature = "tracing")]
-                tracing::error!(
-                    subscription = s.id,
-                    breaker = event.name(),
-                    "resilient: a breaker event subscriber panicked; the panic was contained and the subscriber stays subscribed (later panics of it are not reported)"
-                );
+            let Err(payload) = catch_unwind(AssertUnwindSafe(|| (s.callback)(event))) else {
+                continue;
+            };
+            // The payload is the subscriber's value too, and its drop may
+            // panic: that must not end the delivery thread either (review
+            // 37: it did, and every later event was lost). Leaked only if
+            // it does.
+            if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+                std::mem::forget(again);
+            }
+            if !s.panicked.swap(true, Ordering::Relaxed) {
+                // A tracing layer runs here: its panic is contained too.
+                let logged = catch_unwind(AssertUnwindSafe(|| {
+                    #[cfg(feature = "tracing")]
+                    tracing::error!(
+                        subscription = s.id,
+                        breaker = event.name(),
+                        "resilient: a breaker event subscriber panicked; the panic was contained and the subscriber stays subscribed (later panics of it are not reported)"
+                    );
+                }));
+                if let Err(again) = logged {
+                    std::mem::forget(again);
+                }
             }
         }
     }
@@ -537,8 +563,7 @@ impl EventHub {
     ) -> Result<(), ()> {
         let queued = &self.shared.queued;
         // Counted before it is sent, as `try_queue` counts.
-        if queued.fetch_add(n, Ordering::Relaxed) + n > Self::QUEUE_CAPACITY {
-            queued.fetch_sub(n, Ordering::Relaxed);
+        if !self.shared.take_places(n, Self::QUEUE_CAPACITY) {
             return Err(());
         }
         queue.try_send(Message::Transition(events)).map_err(|_| {
@@ -564,8 +589,7 @@ impl EventHub {
         let queued = &self.shared.queued;
         // Counted before it is sent: the delivery thread uncounts it when
         // received, which may be before `try_send` returns.
-        if queued.fetch_add(1, Ordering::Relaxed) >= limit {
-            queued.fetch_sub(1, Ordering::Relaxed);
+        if !self.shared.take_places(1, limit) {
             return Err(());
         }
         queue.try_send(Message::Event(event.clone())).map_err(|_| {
@@ -591,25 +615,23 @@ impl EventHub {
         let queued = &self.shared.queued;
         let limit = Self::QUEUE_CAPACITY - Self::RESERVED_FOR_TRANSITIONS;
         loop {
-            let sent = if queued.fetch_add(1, Ordering::Relaxed) >= limit {
-                Err(TrySendError::Full(message))
+            let sent = if self.shared.take_places(1, limit) {
+                queue.try_send(message).inspect_err(|_| {
+                    queued.fetch_sub(1, Ordering::Relaxed);
+                })
             } else {
-                queue.try_send(message)
+                Err(TrySendError::Full(message))
             };
             match sent {
                 Ok(()) => break,
                 Err(TrySendError::Full(m)) => {
-                    queued.fetch_sub(1, Ordering::Relaxed);
                     if deadline.is_some_and(|d| Instant::now() >= d) {
                         return false;
                     }
                     message = m;
                     std::thread::sleep(Duration::from_millis(1));
                 }
-                Err(TrySendError::Disconnected(_)) => {
-                    queued.fetch_sub(1, Ordering::Relaxed);
-                    return true;
-                }
+                Err(TrySendError::Disconnected(_)) => return true,
             }
         }
         match deadline {
