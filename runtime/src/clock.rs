@@ -49,12 +49,6 @@ impl Coarse {
     }
 }
 
-/// `d` in nanoseconds, saturating (for a threshold compared with
-/// [`Coarse::nanos_since`]).
-pub(crate) fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
 /// The coarse clock's tick, if this system has such a clock.
 pub(crate) fn resolution() -> Option<Duration> {
     static RESOLUTION: OnceLock<Option<Duration>> = OnceLock::new();

@@ -174,7 +174,7 @@ impl Breaker {
                 matches!(config.sliding_window, SlidingWindow::CountBased { .. })
                     && threshold >= tick * crate::clock::RESOLUTIONS
             })
-            .map(|tick| crate::clock::nanos(threshold.saturating_add(tick)));
+            .map(|tick| nanos(threshold.saturating_add(tick)));
         Breaker {
             origin: crate::time::ticks(Instant::now()),
             coarse_slow,
