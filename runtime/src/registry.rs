@@ -421,7 +421,7 @@ impl Registry {
 
     #[inline]
     pub(crate) fn scoped() -> Option<Registry> {
-        if !EVER_SCOPED.load(Ordering::Relaxed) {
+        if Registry::never_scoped() {
             return None;
         }
         CURRENT.try_with(Registry::clone).ok()
