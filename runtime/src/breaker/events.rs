@@ -324,6 +324,21 @@ impl fmt::Debug for EventHub {
     }
 }
 
+/// Runs `f` on the delivery thread, containing its panic: `true` if it
+/// panicked. The panic's payload is someone else's value too, and its
+/// drop may panic again: that is contained as well (review 37: it ended
+/// the delivery thread, and every later event was lost), and that second
+/// payload is leaked rather than dropped.
+fn contained(f: impl FnOnce()) -> bool {
+    let Err(payload) = catch_unwind(AssertUnwindSafe(f)) else {
+        return false;
+    };
+    if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+        std::mem::forget(again);
+    }
+    true
+}
+
 impl Shared {
     /// Takes `n` places of the queue if that leaves it at most at `limit`:
     /// never counted past the limit, even for a moment (review 37: a count
@@ -346,29 +361,16 @@ impl Shared {
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
         for s in subscribers {
-            let Err(payload) = catch_unwind(AssertUnwindSafe(|| (s.callback)(event))) else {
-                continue;
-            };
-            // The payload is the subscriber's value too, and its drop may
-            // panic: that must not end the delivery thread either (review
-            // 37: it did, and every later event was lost). Leaked only if
-            // it does.
-            if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
-                std::mem::forget(again);
-            }
-            if !s.panicked.swap(true, Ordering::Relaxed) {
+            if contained(|| (s.callback)(event)) && !s.panicked.swap(true, Ordering::Relaxed) {
                 // A tracing layer runs here: its panic is contained too.
-                let logged = catch_unwind(AssertUnwindSafe(|| {
+                contained(|| {
                     #[cfg(feature = "tracing")]
                     tracing::error!(
                         subscription = s.id,
                         breaker = event.name(),
                         "resilient: a breaker event subscriber panicked; the panic was contained and the subscriber stays subscribed (later panics of it are not reported)"
                     );
-                }));
-                if let Err(again) = logged {
-                    std::mem::forget(again);
-                }
+                });
             }
         }
     }
