@@ -18,6 +18,9 @@ use resilient::{
 };
 use tokio::time::advance;
 
+mod support;
+use support::PanicsOn;
+
 const FLUSH: Duration = Duration::from_secs(10);
 const FAILURE: Option<Classification> = Some(Classification::Transient);
 const SUCCESS: Option<Classification> = None;
@@ -729,27 +732,6 @@ fn transitions_of_concurrent_calls_form_one_chain_from_the_start() {
 /// caches whether it is wanted.
 static DROP_WARNING: Mutex<()> = Mutex::new(());
 
-/// A tracing layer that panics on the event queue's drop warning.
-struct PanicsOnDropWarning;
-
-impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for PanicsOnDropWarning {
-    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
-        struct Message(String);
-        impl tracing::field::Visit for Message {
-            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-                if field.name() == "message" {
-                    self.0 = format!("{value:?}");
-                }
-            }
-        }
-        let mut message = Message(String::new());
-        event.record(&mut message);
-        if message.0.contains("events dropped") {
-            panic!("a tracing layer with a bug");
-        }
-    }
-}
-
 /// The queue's first drop is logged on the caller's thread while the
 /// breaker's transitions are put in order: a tracing layer that panics
 /// there held back every later transition of the breaker (review 29).
@@ -777,7 +759,7 @@ fn a_panic_in_the_drop_warning_holds_back_no_later_transition() {
             State::Closed
         }
     };
-    let layer = tracing_subscriber::registry().with(PanicsOnDropWarning);
+    let layer = tracing_subscriber::registry().with(PanicsOn("events dropped"));
     let panicked = tracing::subscriber::with_default(layer, || {
         (0..2 * EventHub::QUEUE_CAPACITY).find(|&i| {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

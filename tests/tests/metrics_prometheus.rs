@@ -17,6 +17,9 @@ use resilient::{
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+mod support;
+use support::PanicsOn;
+
 #[derive(Debug)]
 enum E {
     Unavailable,
@@ -152,27 +155,6 @@ async fn fallback_log_panics() -> Result<u32, E> {
     Err(E::Unavailable)
 }
 
-/// A tracing layer that panics on the "fallback answers" WARN.
-struct PanicsOnFallbackWarning;
-
-impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for PanicsOnFallbackWarning {
-    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
-        struct Message(String);
-        impl tracing::field::Visit for Message {
-            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn fmt::Debug) {
-                if field.name() == "message" {
-                    self.0 = format!("{value:?}");
-                }
-            }
-        }
-        let mut message = Message(String::new());
-        event.record(&mut message);
-        if message.0.contains("fallback answers") {
-            panic!("a tracing layer with a bug");
-        }
-    }
-}
-
 /// Its fallback never answers: its caller's timeout cuts it there.
 #[resilient(fallback = never_answers)]
 async fn cut_in_its_fallback() -> Result<u32, E> {
@@ -301,7 +283,7 @@ async fn a_prometheus_scrape_shows_calls_attempts_retries_and_every_part() {
     {
         use futures_util::FutureExt;
         use tracing_subscriber::layer::SubscriberExt;
-        let layer = tracing_subscriber::registry().with(PanicsOnFallbackWarning);
+        let layer = tracing_subscriber::registry().with(PanicsOn("fallback answers"));
         let _logging = tracing::subscriber::set_default(layer);
         let call = std::panic::AssertUnwindSafe(fallback_log_panics());
         assert!(call.catch_unwind().await.is_err(), "the layer panicked");
