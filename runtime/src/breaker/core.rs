@@ -169,7 +169,7 @@ pub(crate) fn generations_after(a: u32, b: u32) -> u32 {
 }
 
 /// `a` is a later generation than `b` (both wrapping in `GEN_BITS`).
-fn gen_newer(a: u64, b: u64) -> bool {
+pub(crate) fn gen_newer(a: u64, b: u64) -> bool {
     let d = a.wrapping_sub(b) & GEN_MASK;
     d != 0 && d < (1 << (GEN_BITS - 1))
 }

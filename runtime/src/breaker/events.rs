@@ -16,7 +16,10 @@
 //!   were queued, to every subscriber in the order they subscribed. Events
 //!   caused by one thread are queued in the order they happened, and a
 //!   breaker's transitions in the order they were made, whichever threads
-//!   made them: each starts from the state the one before it ended in. A
+//!   made them: each starts from the state the one before it ended in
+//!   (a transition waits for the one before it to be queued; should a
+//!   thread be kept off the processor while the breaker makes thousands
+//!   more, those go without it, and it comes late rather than never). A
 //!   transition and the rates it reports arrive together, nothing between
 //!   them (when the queue has no room for all of them, the rates are
 //!   dropped, never the transition for them). Rejections are queued as

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 pub use self::config::{BreakerConfig, SlidingWindow};
 use self::core::{
     Acquired, Admission, Cause, Core, Now, Phase, Sample, Settings, Transition, WindowKind,
-    generations_after,
+    gen_newer, generations_after,
 };
 pub use self::events::{BreakerEvent, EventHub, Subscription, TransitionReason};
 pub use self::snapshot::BreakerSnapshot;
@@ -569,7 +569,8 @@ const PARKED: usize = 4096;
 /// waited for. Every transition is announced right after it is made, with
 /// nothing between that can fail, so the wait lasts at most as long as the
 /// thread that made the earlier one is kept off the processor. Only if
-/// `PARKED` wait are they queued in their order without it.
+/// `PARKED` wait are they queued in their order without it; if it comes
+/// after that, it is queued as it comes, late.
 struct Order {
     /// The generation the last queued transition made (the breaker's
     /// first, 0, before any).
@@ -601,6 +602,13 @@ impl Order {
         if generations.0 == self.last {
             let first_drop = self.queue(generations, events, hub);
             return self.release(hub) || first_drop;
+        }
+        if !gen_newer(u64::from(generations.0), u64::from(self.last)) {
+            // Late: the transitions after it went without it when too
+            // many waited (below). Queued now, out of their order, rather
+            // than parked behind a generation that has already passed,
+            // where it would wait for good.
+            return hub.emit_transition_quietly(&events);
         }
         if self.parked.len() < self.limit {
             self.parked.push((generations, events));
@@ -1006,5 +1014,24 @@ mod order_tests {
         more.push((last, last + 1));
         expected.push(last + 1);
         assert_eq!(delivered(&more), expected);
+    }
+
+    /// The one the others waited for comes after they went without it:
+    /// delivered late, not parked behind a generation that has passed
+    /// (where it waited for good, uncounted; review 37).
+    #[test]
+    fn a_transition_that_comes_after_the_others_went_is_delivered_late() {
+        let mut admitted = vec![(0, 1)];
+        admitted.extend((2..=(2 + LIMIT as u32)).rev().map(|g| (g, g + 1)));
+        admitted.push((1, 2));
+        let mut expected: Vec<u32> = (3..=(3 + LIMIT as u32)).collect();
+        expected.insert(0, 1);
+        expected.push(2);
+        assert_eq!(delivered(&admitted), expected);
+        // And the order goes on from the last in order, not the late one.
+        let last = 3 + LIMIT as u32;
+        admitted.push((last, last + 1));
+        expected.push(last + 1);
+        assert_eq!(delivered(&admitted), expected);
     }
 }
