@@ -6,7 +6,7 @@
 
 mod sync {
     pub(crate) mod atomic {
-        pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+        pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
     }
 
     use std::cell::Cell;
@@ -33,12 +33,17 @@ mod sync {
 #[allow(dead_code)]
 mod breaker_core;
 
+#[path = "../../runtime/src/breaker/places.rs"]
+#[allow(dead_code)]
+mod places;
+
 use breaker_core::{
     Acquired, Admission, Cause, Core, Phase, Sample, Settings, Transition, Window, WindowKind,
 };
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::thread;
+use places::Places;
 
 const SEC: u64 = 1_000_000_000;
 const WAIT: u64 = 60 * SEC;
@@ -749,5 +754,80 @@ fn two_calls_of_the_old_state_on_one_slot_leave_nothing_after_a_reset() {
             (0, 0),
             "an outcome of a call admitted before the reset is in the window after it"
         );
+    });
+}
+
+// The event hub's queue places (`breaker/places.rs`), with a queue of 4
+// whose last 2 are kept for transitions. A rejection takes one place up to
+// `REJECTIONS`, a flush likewise; a transition takes its events' places up
+// to `CAPACITY`.
+
+const CAPACITY: usize = 4;
+const REJECTIONS: usize = 2;
+
+/// With the rejections' part full, a rejection and a transition race: the
+/// transition always finds its place, the rejection never does, and the
+/// count never passes the capacity (review 37: a count added and taken back
+/// made the transition find the queue full, for a moment).
+#[test]
+fn a_rejection_racing_a_transition_never_takes_its_place() {
+    loom::model(|| {
+        let places = Arc::new(Places::new());
+        assert!(places.take(REJECTIONS, REJECTIONS));
+        // Two transitions already wait: one place is left.
+        assert!(places.take(1, CAPACITY));
+        let rejection = {
+            let places = places.clone();
+            thread::spawn(move || places.take(1, REJECTIONS))
+        };
+        let transition = places.take(1, CAPACITY);
+        assert!(!rejection.join().unwrap(), "a rejection took a kept place");
+        assert!(transition, "the transition found the queue full");
+        assert_eq!(places.taken(), CAPACITY);
+    });
+}
+
+/// A transition and its rates (3 places) race a lone transition for the
+/// last 3: one of them gets them, never both, never a count past the
+/// capacity; the one refused takes nothing.
+#[test]
+fn transitions_racing_for_the_last_places_never_overfill_the_queue() {
+    loom::model(|| {
+        let places = Arc::new(Places::new());
+        assert!(places.take(1, REJECTIONS));
+        let group = {
+            let places = places.clone();
+            thread::spawn(move || places.take(3, CAPACITY))
+        };
+        let alone = places.take(1, CAPACITY);
+        let group = group.join().unwrap();
+        let taken = places.taken();
+        assert!(taken <= CAPACITY);
+        assert_eq!(taken, 1 + 3 * usize::from(group) + usize::from(alone));
+        assert!(group || alone, "both refused with room for one");
+    });
+}
+
+/// Places given back by the delivery thread while callers take them: the
+/// count ends where the takes and gives back leave it, and a transition is
+/// refused only when the queue is full.
+#[test]
+fn places_given_back_while_taken_are_counted_exactly() {
+    loom::model(|| {
+        let places = Arc::new(Places::new());
+        assert!(places.take(CAPACITY, CAPACITY));
+        let delivery = {
+            let places = places.clone();
+            thread::spawn(move || places.give_back(2))
+        };
+        let first = places.take(1, CAPACITY);
+        let second = places.take(1, CAPACITY);
+        delivery.join().unwrap();
+        // Whatever the order, both fit once the two were given back, and a
+        // take refused saw a full queue.
+        let refused = usize::from(!first) + usize::from(!second);
+        assert_eq!(places.taken(), CAPACITY - refused);
+        assert!(places.take(refused, CAPACITY));
+        assert_eq!(places.taken(), CAPACITY);
     });
 }

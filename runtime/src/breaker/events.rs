@@ -50,12 +50,13 @@
 
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, OnceLock, PoisonError, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use super::State;
+use super::places::Places;
 
 /// Why a breaker changed state: carried by every
 /// [`BreakerEvent::StateTransition`] and logged with it. `Display` gives one
@@ -280,7 +281,7 @@ struct Shared {
     /// Events in the queue (counted before they are sent, uncounted when
     /// received or not sent): what decides that a rejection is dropped to
     /// keep room for transitions.
-    queued: AtomicUsize,
+    queued: Places,
 }
 
 enum Message {
@@ -322,6 +323,7 @@ impl fmt::Debug for EventHub {
             .len();
         f.debug_struct("EventHub")
             .field("subscribers", &count)
+            .field("queued", &self.shared.queued.taken())
             .field("dropped", &self.dropped.load(Ordering::Relaxed))
             .finish()
     }
@@ -343,18 +345,6 @@ fn contained(f: impl FnOnce()) -> bool {
 }
 
 impl Shared {
-    /// Takes `n` places of the queue if that leaves it at most at `limit`:
-    /// never counted past the limit, even for a moment (review 37: a count
-    /// added and then taken back made a concurrent transition find the
-    /// queue full while a place was free).
-    fn take_places(&self, n: usize, limit: usize) -> bool {
-        self.queued
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |q| {
-                (q + n <= limit).then_some(q + n)
-            })
-            .is_ok()
-    }
-
     fn deliver(&self, event: &BreakerEvent) {
         // Cloned out of the lock: no lock is held while a subscriber runs, so
         // it may subscribe or unsubscribe from inside its callback.
@@ -382,18 +372,18 @@ impl Shared {
         while let Ok(message) = queue.recv() {
             match message {
                 Message::Event(event) => {
-                    self.queued.fetch_sub(1, Ordering::Relaxed);
+                    self.queued.give_back(1);
                     self.deliver(&event);
                 }
                 Message::Transition(events) => {
                     let n = events.iter().flatten().count();
-                    self.queued.fetch_sub(n, Ordering::Relaxed);
+                    self.queued.give_back(n);
                     for event in events.iter().flatten() {
                         self.deliver(event);
                     }
                 }
                 Message::Flush(done) => {
-                    self.queued.fetch_sub(1, Ordering::Relaxed);
+                    self.queued.give_back(1);
                     let _ = done.try_send(());
                 }
             }
@@ -426,7 +416,7 @@ impl EventHub {
             dropped: AtomicU64::new(0),
             shared: Arc::new(Shared {
                 subscribers: RwLock::new(Vec::new()),
-                queued: AtomicUsize::new(0),
+                queued: Places::new(),
             }),
             queue: OnceLock::new(),
         })
@@ -568,11 +558,11 @@ impl EventHub {
     ) -> Result<(), ()> {
         let queued = &self.shared.queued;
         // Counted before it is sent, as `try_queue` counts.
-        if !self.shared.take_places(n, Self::QUEUE_CAPACITY) {
+        if !self.shared.queued.take(n, Self::QUEUE_CAPACITY) {
             return Err(());
         }
         queue.try_send(Message::Transition(events)).map_err(|_| {
-            queued.fetch_sub(n, Ordering::Relaxed);
+            queued.give_back(n);
         })
     }
 
@@ -594,11 +584,11 @@ impl EventHub {
         let queued = &self.shared.queued;
         // Counted before it is sent: the delivery thread uncounts it when
         // received, which may be before `try_send` returns.
-        if !self.shared.take_places(1, limit) {
+        if !self.shared.queued.take(1, limit) {
             return Err(());
         }
         queue.try_send(Message::Event(event.clone())).map_err(|_| {
-            queued.fetch_sub(1, Ordering::Relaxed);
+            queued.give_back(1);
         })
     }
 
@@ -620,9 +610,9 @@ impl EventHub {
         let queued = &self.shared.queued;
         let limit = Self::QUEUE_CAPACITY - Self::RESERVED_FOR_TRANSITIONS;
         loop {
-            let sent = if self.shared.take_places(1, limit) {
+            let sent = if self.shared.queued.take(1, limit) {
                 queue.try_send(message).inspect_err(|_| {
-                    queued.fetch_sub(1, Ordering::Relaxed);
+                    queued.give_back(1);
                 })
             } else {
                 Err(TrySendError::Full(message))

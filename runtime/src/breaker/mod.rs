@@ -4,6 +4,7 @@
 mod config;
 mod core;
 mod events;
+mod places;
 mod snapshot;
 
 use std::fmt;
