@@ -78,6 +78,11 @@
 //!   is written for its one case;
 //! * telemetry: a `tracing` span per call, entered for each poll of an
 //!   attempt (the README has its own cost table);
+//! * the `async fn` the attribute keeps around the engine's future: the
+//!   `retries` sketch, called from an `async fn` of its own, measured 173
+//!   instructions per call against 154 called directly (callgrind, one
+//!   run), about 20 of the 160 between the library and the sketch in its
+//!   span;
 //! * finding its parts: a look for a registry scoped around the task (a
 //!   task-local), then the call site's `OnceLock` and the parts' `Arc`s,
 //!   where a sketch names statics;

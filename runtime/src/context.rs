@@ -143,10 +143,28 @@ async fn with_deadline_at_opt<F: Future>(
 /// path for counting attempts (see the module docs): a retrying layer that
 /// awaits a spawned retrying call multiplies their attempts, so keep the
 /// retrying on one side of the spawn.
+///
+/// Called inside work a [`GracefulShutdown`](crate::GracefulShutdown)
+/// counts (an annotated call, [`admitted`](crate::admitted)), the spawned
+/// future is part of that work: counted in flight from this call until it
+/// ends or is dropped, so a drain waits for it, and its calls are admitted
+/// while draining. Work that outlives its call (a refresh, an audit write)
+/// is then finished, or reported still running, by the drain, never cut
+/// after a clean report; a task that never ends (a poller) keeps every
+/// drain waiting to its bound, so start such a task outside any call.
 pub fn propagate<F: Future>(fut: F) -> impl Future<Output = F::Output> {
     let registry = crate::Registry::scoped();
+    // Taken now, while the call that spawns it is counted: no drain can end
+    // between the two (review 38: the drain reported every call finished,
+    // and then admitted the spawned task's call).
+    let held = if crate::frame::in_call() {
+        crate::shutdown::hold()
+    } else {
+        None
+    };
     let fut = crate::frame::scope_spawned(current_deadline(), fut);
     async move {
+        let _held = held;
         let (output, _) = match registry {
             Some(registry) => registry.scope(fut).await,
             None => fut.await,

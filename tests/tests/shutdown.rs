@@ -311,6 +311,92 @@ async fn admitted_inside_a_call_in_flight_is_part_of_it() {
     assert_eq!(answer.unwrap(), 4);
 }
 
+static FOLLOW_UPS: AtomicU32 = AtomicU32::new(0);
+static FOLLOW_UPS_REFUSED: AtomicU32 = AtomicU32::new(0);
+
+/// Answers at once, leaving work of its own through `propagate` (a cache
+/// refresh, an audit write) that makes its call a second later.
+#[resilient(deadline_ms = 120_000)]
+async fn leaves_follow_up_work() -> Result<u32, E> {
+    tokio::spawn(resilient::propagate(async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        match nested().await {
+            Ok(_) => FOLLOW_UPS.fetch_add(1, Ordering::SeqCst),
+            Err(_) => FOLLOW_UPS_REFUSED.fetch_add(1, Ordering::SeqCst),
+        };
+    }));
+    Ok(3)
+}
+
+/// Work a call leaves through `propagate` is part of the work in flight
+/// until it ends: the drain waits for it and admits its call (review 38:
+/// the drain reported every call finished at once, and then admitted the
+/// spawned work's call, which a process exiting on that report would cut).
+#[tokio::test(start_paused = true)]
+async fn a_drain_waits_for_work_a_call_left_through_propagate() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let shutdown = GracefulShutdown::install();
+    let refused = FOLLOW_UPS_REFUSED.load(Ordering::SeqCst);
+    let done = FOLLOW_UPS.load(Ordering::SeqCst);
+    assert_eq!(leaves_follow_up_work().await.unwrap(), 3);
+    // The call has ended; the work it left has not.
+    assert_eq!(shutdown.in_flight(), 1);
+    let start = Instant::now();
+    let report = shutdown.drain(Duration::from_secs(30)).await;
+    let waited = start.elapsed();
+    shutdown.resume();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(waited, Duration::from_secs(1));
+    assert_eq!(FOLLOW_UPS.load(Ordering::SeqCst), done + 1);
+    assert_eq!(FOLLOW_UPS_REFUSED.load(Ordering::SeqCst), refused);
+    assert_eq!(shutdown.in_flight(), 0);
+}
+
+/// A call's propagated work that is aborted (or otherwise dropped) leaves
+/// the count with it.
+#[tokio::test(start_paused = true)]
+async fn propagated_work_aborted_leaves_the_in_flight_count() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let shutdown = GracefulShutdown::install();
+    let task = resilient::admitted(async {
+        tokio::spawn(resilient::propagate(tokio::time::sleep(
+            Duration::from_secs(3_600),
+        )))
+    })
+    .await
+    .unwrap();
+    settle().await;
+    assert_eq!(shutdown.in_flight(), 1);
+    task.abort();
+    assert!(task.await.unwrap_err().is_cancelled());
+    assert_eq!(shutdown.in_flight(), 0);
+    let report = shutdown.drain(Duration::from_secs(30)).await;
+    shutdown.resume();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.waited, Duration::ZERO);
+}
+
+/// Outside any call, `propagate` passes the deadline and registry on and
+/// holds nothing: a task spawned from start-up code is not work in flight,
+/// and its calls are new ones, refused while draining.
+#[tokio::test(start_paused = true)]
+async fn work_propagated_outside_any_call_is_not_in_flight() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let shutdown = GracefulShutdown::install();
+    let task = tokio::spawn(resilient::propagate(async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        nested().await
+    }));
+    settle().await;
+    assert_eq!(shutdown.in_flight(), 0);
+    let report = shutdown.drain(Duration::from_secs(30)).await;
+    let answer = task.await.unwrap();
+    shutdown.resume();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(report.waited, Duration::ZERO);
+    assert_eq!(refusal(answer), Some(ErrorKind::ShuttingDown));
+}
+
 static ORDERED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Plain work (no annotated call in flight), then done.

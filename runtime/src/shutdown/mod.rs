@@ -32,7 +32,8 @@
 //! spawned from inside a call with `tokio::spawn` alone does not carry that
 //! call's context (tokio does not pass task-locals to spawned tasks), so its
 //! calls count as new; wrapped in [`propagate`](crate::propagate), it does,
-//! and its calls are part of the work in flight. A unit of work that makes
+//! and it is part of the work in flight until it ends: a drain waits for
+//! it, and its calls are admitted. A unit of work that makes
 //! several calls in sequence (a request: reserve, then charge) is run under
 //! [`admitted`], so that a drain starting between its calls does not leave
 //! it half done; `ResilienceLayer` does that for every request it serves.
@@ -102,10 +103,9 @@ pub(crate) fn admit(nested: bool) -> Result<Option<InFlight>, Error> {
 }
 
 /// Counts work that has already started (a handler an idempotency layer
-/// runs to its end on a task of its own) as in flight until the returned
-/// guard drops: admitted while draining, as part of work in flight, so a
-/// drain waits for it.
-#[cfg(feature = "tower")]
+/// runs to its end on a task of its own, a future a call spawns through
+/// `propagate`) as in flight until the returned guard drops: admitted
+/// while draining, as part of work in flight, so a drain waits for it.
 pub(crate) fn hold() -> Option<InFlight> {
     admit(true).ok().flatten()
 }
