@@ -229,6 +229,16 @@ fn budget_builder_refusals_name_the_key_and_value() {
     let err =
         RetryBudget::new("payments", BudgetConfig::default().window(Duration::ZERO)).unwrap_err();
     only_problem(&err, "budget", "payments", "window_ms", "0");
+    // Under a millisecond: refused under its own key, shown as given
+    // (review 38: refused under `min_retries_per_second`, "over a window
+    // of 0 ms").
+    let err = RetryBudget::new(
+        "payments",
+        BudgetConfig::default().window(Duration::from_nanos(1)),
+    )
+    .unwrap_err();
+    let reason = only_problem(&err, "budget", "payments", "window_ms", "1ns");
+    assert!(reason.contains("at least 1 ms"), "{reason}");
     let err = RetryBudget::new("payments", BudgetConfig::token_bucket(0, 0.1)).unwrap_err();
     only_problem(&err, "budget", "payments", "max_tokens", "0");
     let err = RetryBudget::new("payments", BudgetConfig::token_bucket(10, f64::NAN)).unwrap_err();

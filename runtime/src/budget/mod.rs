@@ -44,6 +44,8 @@ const RATIO_SLOTS: usize = 10;
 /// long after recovery, and their slot arithmetic in nanoseconds would
 /// approach `u64`'s range.
 pub(crate) const MAX_WINDOW: Duration = Duration::from_secs(24 * 60 * 60);
+/// The shortest window accepted: `window_ms` counts whole milliseconds.
+pub(crate) const MIN_WINDOW: Duration = Duration::from_millis(1);
 
 const DEFAULT_RATIO: f64 = 0.1;
 const DEFAULT_WINDOW: Duration = Duration::from_secs(10);
@@ -160,7 +162,7 @@ impl BudgetConfig {
     }
 
     /// Ratio budgets only: how far back requests and retries are counted
-    /// (default 10 s; more than 0, at most a day). Key `window_ms`.
+    /// (default 10 s; at least 1 ms, at most a day). Key `window_ms`.
     ///
     /// The window slides in tenths (one-second steps at the default): a
     /// count leaves it between 9/10 and 10/10 of `window` after it was made.
@@ -257,12 +259,19 @@ impl BudgetConfig {
                     );
                 }
                 let window = self.window_value();
-                if window.is_zero() || window > MAX_WINDOW {
+                if window < MIN_WINDOW || window > MAX_WINDOW {
+                    // A window set in code below a millisecond is shown as
+                    // given (`1ns`), not as the `0` of its whole ms.
+                    let shown: &dyn fmt::Display = if window < MIN_WINDOW && !window.is_zero() {
+                        &format_args!("{window:?}")
+                    } else {
+                        &window.as_millis()
+                    };
                     refuse(
                         "window_ms",
-                        &window.as_millis(),
+                        shown,
                         format!(
-                            "must be more than 0 and at most {} (a day)",
+                            "must be at least 1 ms and at most {} (a day)",
                             MAX_WINDOW.as_millis()
                         ),
                     );
