@@ -153,7 +153,6 @@ async fn with_deadline_at_opt<F: Future>(
 /// after a clean report; a task that never ends (a poller) keeps every
 /// drain waiting to its bound, so start such a task outside any call.
 pub fn propagate<F: Future>(fut: F) -> impl Future<Output = F::Output> {
-    let registry = crate::Registry::scoped();
     // Taken now, while the call that spawns it is counted: no drain can end
     // between the two (review 38: the drain reported every call finished,
     // and then admitted the spawned task's call).
@@ -162,6 +161,16 @@ pub fn propagate<F: Future>(fut: F) -> impl Future<Output = F::Output> {
     } else {
         None
     };
+    propagate_holding(fut, held)
+}
+
+/// [`propagate`], counting the future in flight with `held` (taken by the
+/// caller) until it ends or is dropped.
+pub(crate) fn propagate_holding<F: Future>(
+    fut: F,
+    held: Option<crate::shutdown::InFlight>,
+) -> impl Future<Output = F::Output> {
+    let registry = crate::Registry::scoped();
     let fut = crate::frame::scope_spawned(current_deadline(), fut);
     async move {
         let _held = held;

@@ -440,6 +440,9 @@ async fn a_drain_waits_for_a_handler_the_idempotency_layer_runs_to_its_end() {
     assert!(sent.is_err(), "the client gives up first");
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(!ORDERED.load(Ordering::SeqCst), "the handler still runs");
+    // One piece of work: the handler (counted once, though it runs in the
+    // request's admitted unit and is spawned through `propagate`).
+    assert_eq!(shutdown.in_flight(), 1);
     let report = shutdown.drain(Duration::from_secs(5)).await;
     assert!(report.is_clean(), "{report}");
     assert!(

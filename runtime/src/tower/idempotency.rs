@@ -762,11 +762,8 @@ where
                         // Resolves (closed) when this request is dropped.
                         let (_attached, gone) = tokio::sync::oneshot::channel::<()>();
                         let limit = store.settings.max_run_without_client;
-                        let run = async move {
-                            let answer = run_while_wanted(run, gone, &detached, limit).await;
-                            drop(in_flight);
-                            answer
-                        };
+                        let run =
+                            async move { run_while_wanted(run, gone, &detached, limit).await };
                         #[cfg(feature = "tracing")]
                         let run = tracing::Instrument::in_current_span(run);
                         // Part of this request for an `observe` around it
@@ -774,7 +771,11 @@ where
                         // not retry" when the handler retried, also when
                         // its deadline cuts the request while this runs).
                         let run = crate::report::linked(crate::report::link(), run);
-                        return match runtime.spawn(crate::propagate(run)).await {
+                        // Counted by `in_flight` (taken above) alone, also
+                        // when this request runs inside admitted work, where
+                        // `propagate` would count it a second time.
+                        let run = crate::context::propagate_holding(run, in_flight);
+                        return match runtime.spawn(run).await {
                             Ok(answer) => answer,
                             // It panicked (or was cancelled): the guard kept
                             // the same answer for the repeats.
