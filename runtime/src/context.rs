@@ -165,13 +165,18 @@ pub fn propagate<F: Future>(fut: F) -> impl Future<Output = F::Output> {
 }
 
 /// [`propagate`], counting the future in flight with `held` (taken by the
-/// caller) until it ends or is dropped.
+/// caller) until it ends or is dropped. Work counted so is work in flight:
+/// its calls are admitted while draining, as an admitted call's are, also
+/// when the caller is in no call (review 39: `IdempotencyLayer` without
+/// `ResilienceLayer` counted its handler, and the drain refused the
+/// handler's second call, leaving it half done).
 pub(crate) fn propagate_holding<F: Future>(
     fut: F,
     held: Option<crate::shutdown::InFlight>,
 ) -> impl Future<Output = F::Output> {
     let registry = crate::Registry::scoped();
-    let fut = crate::frame::scope_spawned(current_deadline(), fut);
+    let in_call = held.is_some() || crate::frame::in_call();
+    let fut = crate::frame::scope_spawned(current_deadline(), in_call, fut);
     async move {
         let _held = held;
         let (output, _) = match registry {

@@ -316,13 +316,13 @@ impl Frame {
     }
 
     /// The frame of a spawned task: a new path with the spawner's deadline
-    /// (and, for a graceful shutdown, the spawner's standing: work spawned
-    /// by an admitted call is part of it).
-    pub(crate) fn spawned(deadline: Option<Instant>) -> Frame {
+    /// and, for a graceful shutdown, its standing: `in_call` if the task is
+    /// work in flight (spawned by an admitted call, or counted on its own).
+    pub(crate) fn spawned(deadline: Option<Instant>, in_call: bool) -> Frame {
         Frame {
             slot: Slot {
                 present: true,
-                in_call: current().in_call,
+                in_call,
                 deadline,
                 ..Slot::EMPTY
             },
@@ -555,8 +555,12 @@ pub(crate) async fn run_in<F: Future>(frame: Frame, fut: F) -> F::Output {
 
 /// Runs a future about to be spawned in a frame of its own: a new path,
 /// with the spawner's deadline.
-pub(crate) fn scope_spawned<F: Future>(deadline: Option<Instant>, fut: F) -> InFrame<F> {
-    InFrame::new(Frame::spawned(deadline), fut)
+pub(crate) fn scope_spawned<F: Future>(
+    deadline: Option<Instant>,
+    in_call: bool,
+    fut: F,
+) -> InFrame<F> {
+    InFrame::new(Frame::spawned(deadline, in_call), fut)
 }
 
 pin_project! {

@@ -285,3 +285,51 @@ async fn refusals_become_503_with_retry_after_and_problem_json() {
     let body = response.text().await.unwrap();
     assert!(body.contains("\"kind\":\"bulkhead_full\""), "{body}");
 }
+
+/// A body streamed as the handler's stream produces it, each piece noting
+/// the deadline it sees, as an annotated call in it would inherit it.
+async fn streamed(
+    State(saw): State<Arc<std::sync::Mutex<Vec<Option<Duration>>>>>,
+) -> axum::response::Response {
+    saw.lock().unwrap().push(resilient::remaining());
+    let stream = futures_util::stream::unfold((0u32, saw), |(i, saw)| async move {
+        if i >= 2 {
+            return None;
+        }
+        saw.lock().unwrap().push(resilient::remaining());
+        Some((Ok::<_, std::io::Error>(format!("{i}\n")), (i + 1, saw)))
+    });
+    axum::response::Response::new(axum::body::Body::from_stream(stream))
+}
+
+/// The caller's deadline covers the body the handler streams after its
+/// answer's head, not the handler alone (review 39: the body's work ran
+/// with no deadline).
+#[tokio::test]
+async fn the_callers_deadline_covers_a_streamed_body() {
+    let saw = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let addr = serve(
+        Router::new()
+            .route("/", get(streamed))
+            .with_state(saw.clone())
+            .layer(ResilienceLayer::new()),
+    )
+    .await;
+    let body = reqwest::Client::new()
+        .get(format!("http://{addr}/"))
+        .header("request-budget-ms", "5000")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(body, "0\n1\n");
+    let saw = saw.lock().unwrap().clone();
+    assert_eq!(saw.len(), 3, "{saw:?}");
+    for seen in &saw {
+        let left = seen.unwrap_or_else(|| panic!("a part ran with no deadline: {saw:?}"));
+        assert!(left <= Duration::from_millis(4_900), "{saw:?}");
+        assert!(left > Duration::from_millis(4_000), "{saw:?}");
+    }
+}

@@ -155,11 +155,21 @@ fn in_flight_now() -> usize {
 /// # }
 /// ```
 pub async fn admitted<F: std::future::Future>(fut: F) -> Result<F::Output, Error> {
+    let (output, in_flight) = admitted_holding(fut).await?;
+    drop(in_flight);
+    Ok(output)
+}
+
+/// [`admitted`], handing back the unit's place in the count instead of
+/// giving it up when `fut` ends: for work that goes on after it (a response
+/// body streamed after its handler answered).
+pub(crate) async fn admitted_holding<F: std::future::Future>(
+    fut: F,
+) -> Result<(F::Output, Option<InFlight>), Error> {
     let in_flight = admit(crate::frame::in_call())?;
     let frame = crate::frame::Frame::admitted(crate::current_deadline());
     let output = crate::frame::run_in(frame, fut).await;
-    drop(in_flight);
-    Ok(output)
+    Ok((output, in_flight))
 }
 
 /// Is the process draining (new annotated calls refused)?

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::{Arrived, ResponseBody, ResponseFuture};
+use super::{Arrived, ResponseBody, ResponseFuture, WorkBody};
 use crate::http::{IDEMPOTENCY_KEY, PROBLEM_JSON};
 
 /// `Idempotent-Replayed: true` marks an answer served from the store (the
@@ -657,7 +657,9 @@ where
     fn call(&mut self, request: Request<ReqB>) -> Self::Future {
         let Some(key) = request.headers().get(&IDEMPOTENCY_KEY) else {
             let fut = self.inner.call(request);
-            return Box::pin(async move { Ok(fut.await?.map(Either::Left)) });
+            return Box::pin(async move {
+                Ok(fut.await?.map(|body| Either::Left(WorkBody::plain(body))))
+            });
         };
         let key = key
             .to_str()

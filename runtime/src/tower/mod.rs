@@ -63,9 +63,103 @@ use crate::http::{GRPC_RETRY_PUSHBACK_MS, deadline_budget};
 mod idempotency;
 pub use idempotency::{IDEMPOTENT_REPLAYED, Idempotency, IdempotencyLayer};
 
-/// The response body of [`Resilience`]: the handler's own, or the layer's
-/// answer (problem+json, or empty for gRPC).
-pub type ResponseBody<B> = Either<B, Full<Bytes>>;
+/// The response body of [`Resilience`]: the handler's own ([`WorkBody`]),
+/// or the layer's answer (problem+json, or empty for gRPC).
+pub type ResponseBody<B> = Either<WorkBody<B>, Full<Bytes>>;
+
+pin_project_lite::pin_project! {
+    /// A handler's response body, streamed as part of its request's work.
+    ///
+    /// A handler may answer before its work is done: a body streamed from
+    /// a `Stream` whose items await annotated calls (a listing proxied
+    /// page by page, a gRPC server stream). [`Resilience`] polls such a body
+    /// as it ran the handler: inside the request's unit of work, so a
+    /// graceful shutdown's drain waits for the body to end (or be dropped)
+    /// and admits its calls, and under the request's deadline, which those
+    /// calls inherit (review 39: the drain reported every call finished
+    /// while a body streamed, then refused each of its calls, and they saw
+    /// no deadline). The deadline does not cut the body itself: calls made
+    /// after it passed are refused, and the body ends as the handler's
+    /// stream decides.
+    pub struct WorkBody<B> {
+        #[pin]
+        body: B,
+        // The request's frame (its deadline, admitted work), entered for
+        // each poll; `None` for a body passed on as it is.
+        frame: Option<crate::frame::Frame>,
+        // The request's place in a graceful shutdown's count, until the
+        // body ends or is dropped.
+        held: Option<crate::shutdown::InFlight>,
+    }
+}
+
+impl<B> WorkBody<B> {
+    /// A body passed on as it is: polled outside any unit of work.
+    pub(crate) fn plain(body: B) -> Self {
+        WorkBody {
+            body,
+            frame: None,
+            held: None,
+        }
+    }
+
+    /// The handler's body, the rest of its request's work.
+    fn in_work(
+        body: B,
+        frame: crate::frame::Frame,
+        held: Option<crate::shutdown::InFlight>,
+    ) -> Self {
+        WorkBody {
+            body,
+            frame: Some(frame),
+            held,
+        }
+    }
+
+    /// The handler's body.
+    pub fn into_inner(self) -> B {
+        self.body
+    }
+}
+
+impl<B> std::fmt::Debug for WorkBody<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkBody")
+            .field("in_work", &self.frame.is_some())
+            .field("counted", &self.held.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: http_body::Body> http_body::Body for WorkBody<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let this = self.project();
+        let mut body = this.body;
+        let polled = match this.frame.as_mut() {
+            Some(frame) => frame.enter(|| body.as_mut().poll_frame(cx)),
+            None => body.poll_frame(cx),
+        };
+        // The body has ended (or failed): so has the request's work.
+        if matches!(polled, Poll::Ready(None | Some(Err(_)))) {
+            *this.held = None;
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
 
 /// The layer's future. Boxed: it runs the handler inside the task-local
 /// deadline scope, whose future type cannot be named; one allocation per
@@ -179,10 +273,15 @@ where
             // request before the handler is polled, as a zero budget does.
             let ran = AtomicBool::new(false);
             let ran_ref = &ran;
+            // The request's deadline, from when it arrived.
+            let deadline = budget.and_then(|b| match arrived {
+                Some(at) => at.checked_add(b),
+                None => tokio::time::Instant::now().checked_add(b),
+            });
             // One unit of work for a graceful shutdown: refused before it
             // runs when draining, waited for (with every call inside it)
-            // once it started.
-            let work = crate::admitted(async move {
+            // once it started, its response body included.
+            let work = crate::shutdown::admitted_holding(async move {
                 let mut handler = std::pin::pin!(handler);
                 let handler = std::future::poll_fn(|cx| {
                     ran_ref.store(true, Ordering::Relaxed);
@@ -191,10 +290,6 @@ where
                 // Observed around the deadline, so that what nested calls
                 // did is known also when the deadline cuts the handler.
                 crate::observe(async move {
-                    let deadline = budget.and_then(|b| match arrived {
-                        Some(at) => at.checked_add(b),
-                        None => tokio::time::Instant::now().checked_add(b),
-                    });
                     match deadline {
                         Some(at) => crate::with_deadline_at(at, handler).await.ok(),
                         None => Some(handler.await),
@@ -202,9 +297,9 @@ where
                 })
                 .await
             });
-            let (result, report) = match work.await {
-                Ok((Some(result), report)) => (result, report),
-                Ok((None, report)) => {
+            let (result, report, held) = match work.await {
+                Ok(((Some(result), report), held)) => (result, report, held),
+                Ok(((None, report), _)) => {
                     // Cut at the deadline: a caller with time left may try
                     // again, unless this service already retried.
                     let mut response = deadline_passed(grpc, ran.load(Ordering::Relaxed));
@@ -232,7 +327,13 @@ where
                     crate::http::set_may_have_taken_effect(response.headers_mut());
                 }
             }
-            Ok(response.map(Either::Left))
+            // The body goes on in the request's frame: admitted work,
+            // under the deadline the handler ran under.
+            let frame = crate::frame::Frame::admitted(crate::context::earliest(
+                crate::current_deadline(),
+                deadline,
+            ));
+            Ok(response.map(|body| Either::Left(WorkBody::in_work(body, frame, held))))
         })
     }
 }
