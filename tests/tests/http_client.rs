@@ -817,13 +817,16 @@ async fn a_request_body_of_the_callers_own_that_fails_is_not_the_servers_failure
 #[test]
 fn a_request_whose_connection_task_died_may_have_taken_effect() {
     let server = tokio::runtime::Runtime::new().unwrap();
-    let (addr, got) = server.block_on(async {
+    let (addr, got, connections) = server.block_on(async {
         let got = Arc::new(AtomicU32::new(0));
+        let connections = Arc::new(AtomicU32::new(0));
         let seen = got.clone();
+        let accepted = connections.clone();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move {
             while let Ok((mut socket, _)) = listener.accept().await {
+                accepted.fetch_add(1, Ordering::SeqCst);
                 let seen = seen.clone();
                 tokio::spawn(async move {
                     let mut buf = [0u8; 4096];
@@ -845,18 +848,30 @@ fn a_request_whose_connection_task_died_may_have_taken_effect() {
                 });
             }
         });
-        (addr, got)
+        (addr, got, connections)
     });
     let client = reqwest::Client::new();
     // Runtime `a` opens the pooled connection: its task lives there.
     let a = tokio::runtime::Runtime::new().unwrap();
-    a.block_on(async { client.get(format!("http://{addr}/")).send().await.unwrap() });
+    // Read to its end and given a moment, so that the connection is back
+    // in the pool, idle, when the POST is sent.
+    a.block_on(async {
+        let answer = client.get(format!("http://{addr}/")).send().await.unwrap();
+        answer.bytes().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    });
     let b = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
+    // Runtime `a` stops once the POST has reached the server (not after a
+    // fixed time, which a loaded machine could outlast: the POST then went
+    // out on a new connection, of runtime `b`, and succeeded).
+    let arrived = got.clone();
     let stop = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(300));
+        while arrived.load(Ordering::SeqCst) < 2 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         a.shutdown_background();
     });
     let error = b.block_on(async {
@@ -869,6 +884,11 @@ fn a_request_whose_connection_task_died_may_have_taken_effect() {
     });
     stop.join().unwrap();
     assert_eq!(got.load(Ordering::SeqCst), 2, "the POST reached the server");
+    assert_eq!(
+        connections.load(Ordering::SeqCst),
+        1,
+        "the POST went out on the pooled connection"
+    );
     assert!(error.may_have_taken_effect(), "{error:?}");
     assert_eq!(error.classify(), Classification::Transient, "{error:?}");
 }
