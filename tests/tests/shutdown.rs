@@ -581,7 +581,11 @@ async fn a_handler_the_idempotency_layer_runs_alone_has_its_calls_admitted() {
             .unwrap();
         (response.status(), response.text().await.unwrap())
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Until the handler runs (counted), however long the request takes.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while shutdown.in_flight() == 0 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     assert_eq!(shutdown.in_flight(), 1, "the handler is counted");
     let report = shutdown.drain(Duration::from_secs(5)).await;
     let (status, body) = request.await.unwrap();
