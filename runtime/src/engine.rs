@@ -25,7 +25,7 @@ use crate::shutdown::{self, InFlight};
 use crate::telemetry::{
     self, AttemptEnd, Began, CallOutcome, CallSpan, Cause, DelaySource, Describe,
 };
-use crate::{BreakerPermit, Classification, Error, RetryBudget};
+use crate::{BreakerPermit, Classification, Delays, Error};
 
 /// The longest `Retry-After` a call without a deadline waits for. A server
 /// asking for longer ends the retry loop at once: retrying sooner than it
@@ -480,7 +480,7 @@ impl<C> Call<C> {
         base: u32,
         started: Option<Instant>,
         waiting: Option<Option<BreakerPermit<'static>>>,
-        grants: Option<Grants<'_>>,
+        grants: Option<Grants>,
         make: impl FnOnce() -> Fut,
     ) -> Attempted<T, E>
     where
@@ -993,8 +993,43 @@ where
 /// was made ([`First::Waiting`], [`First::NotBegun`]): it goes on exactly
 /// as a call the lean path began. (A first attempt the lean path made ends
 /// there, in [`once_end`].)
-async fn once_resumed<R, C, V, F, Fut>(
+fn once_resumed<R, C, V, F, Fut>(
     resumed: Resumed<C, R::Ok, R::Error>,
+    refuse: fn(Error) -> R::Error,
+    describe: Describe<R::Error>,
+    make: F,
+) -> Handed<R, impl Future<Output = R>>
+where
+    R: ReturnsResult,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<R::Ok, R::Error>>,
+    C: Fn(&R::Error) -> V,
+    V: Into<Verdict>,
+{
+    // Taken apart whole: the future below holds nothing of a first
+    // attempt's output or error (see `Progress`).
+    let Resumed { call, span, first } = resumed;
+    let waiting = match first {
+        First::Attempted(attempted) => {
+            let out = once_end(&call, &span, attempted, refuse, describe);
+            // The call ends (leaving the work in flight) before its span.
+            drop(call);
+            drop(span);
+            return Handed::Done(out);
+        }
+        First::Waiting(breaker) => Some(breaker),
+        First::NotBegun => None,
+    };
+    Handed::Go(once_waiting::<R, C, V, F, Fut>(
+        call, span, waiting, refuse, describe, make,
+    ))
+}
+
+/// [`once_resumed`]'s attempt, made here.
+async fn once_waiting<R, C, V, F, Fut>(
+    call: Call<C>,
+    span: CallSpan,
+    waiting: Option<Option<BreakerPermit<'static>>>,
     refuse: fn(Error) -> R::Error,
     describe: Describe<R::Error>,
     make: F,
@@ -1008,15 +1043,8 @@ where
 {
     // The call is declared after its span, so that it ends (leaving the
     // work in flight) before the span closes.
-    let span = resumed.span;
-    let call = resumed.call;
-    let waiting = match resumed.first {
-        First::Attempted(attempted) => {
-            return once_end(&call, &span, attempted, refuse, describe);
-        }
-        First::Waiting(breaker) => Some(breaker),
-        First::NotBegun => None,
-    };
+    let span = span;
+    let call = call;
     let attempted = call
         .attempt(&span, 1, call.path.base, call.start, waiting, None, make)
         .await;
@@ -1192,11 +1220,243 @@ where
     )
 }
 
-/// [`retry_resumed`]'s future, boxed: a call without parts is handed over
-/// only after its first attempt failed, and its lean future stays the size
-/// of that attempt, not of the whole retry loop (a future is moved at least
-/// once after it is made, and a bigger one costs a `memcpy` call per call).
-/// One allocation, on that failure path only.
+/// The retry loop's state between attempts: nothing of an attempt's
+/// output or error, so that the loop's future holds none of them across
+/// its awaits and is `Send` whenever the body is, whatever its error and
+/// output types (review 40: a failed attempt's error, an error type that is
+/// not `Send`, made it not `Send`).
+struct Progress {
+    delays: Delays,
+    /// This call's position on its path: attempts that reached the end of
+    /// the chain, its own and those of the enclosing layers before it.
+    position: u32,
+    /// The number of the attempt last made.
+    number: u32,
+    /// The budget below the last attempt, nearest the dependency.
+    last_nested: Option<BudgetRef>,
+}
+
+/// What follows an attempt.
+enum Next<T, E> {
+    /// The call ends so.
+    End(Result<T, (E, CallOutcome)>),
+    /// Another attempt after `delay`, with the budgets' grants for it.
+    Retry(Grants, Duration),
+}
+
+/// How the retry loop of a handed-over call begins.
+enum Begin {
+    /// With the attempt the lean path did not make (waiting for a bulkhead
+    /// slot with the breaker's permit, or not begun).
+    Attempt(Option<Option<BreakerPermit<'static>>>),
+    /// With the retry after the lean path's failed first attempt.
+    Retry(Grants, Duration),
+}
+
+/// Decides what follows an attempt: the call's end, or another attempt (its
+/// budgets' grants taken). Synchronous: the attempt's output and error are
+/// consumed here, never held across an await.
+fn after_attempt<R, C, V>(
+    call: &Call<C>,
+    span: &CallSpan,
+    refuse: fn(Error) -> R::Error,
+    describe: Describe<R::Error>,
+    progress: &mut Progress,
+    attempted: Attempted<R::Ok, R::Error>,
+) -> Next<R::Ok, R::Error>
+where
+    R: ReturnsResult,
+    C: Fn(&R::Error) -> V,
+    V: Into<Verdict>,
+{
+    let policy = call.policy;
+    let number = progress.number;
+    let Attempted { result, frame } = attempted;
+    let nested_gave_up = match frame {
+        Some(frame) => {
+            progress.position = progress.position.max(frame.high);
+            call.reach(progress.position);
+            progress.last_nested = frame.budget;
+            call.report_budget(progress.last_nested.as_ref());
+            frame.gave_up > 0
+        }
+        None => {
+            progress.last_nested = None;
+            false
+        }
+    };
+    let (error, class, cause) = match result {
+        Ok(value) => return Next::End(Ok(value)),
+        Err(failure) => {
+            let cause = failure.cause();
+            match call.settle(failure, refuse) {
+                Settled::Retryable(error, class) => (error, class, cause),
+                Settled::Final(error) => {
+                    call.trace_final(span, number, &cause, &error, describe);
+                    return Next::End(Err((error, cause.outcome())));
+                }
+            }
+        }
+    };
+    let outcome = cause.outcome();
+    let give_up = |error: R::Error, why: &'static str| {
+        telemetry::gave_up(policy, span, number, &cause, &error, describe, why);
+        Err((call.give_up(error), outcome))
+    };
+    // A nested layer already retried this failure and gave up: retrying
+    // here too would multiply attempts (one retrying layer).
+    if nested_gave_up {
+        return Next::End(give_up(error, "a nested call gave up"));
+    }
+    if number > policy.retries {
+        // A layer that never retries (only here for its fallback) has
+        // not retried this failure: an enclosing layer still may.
+        if policy.retries == 0 {
+            telemetry::failed(
+                policy,
+                span,
+                number,
+                &cause,
+                &error,
+                describe,
+                "no retries here",
+            );
+            return Next::End(Err((error, outcome)));
+        }
+        return Next::End(give_up(error, "retries spent"));
+    }
+    // Another attempt would take the path past what its most generous
+    // layer allows: nested calls (cut by timeouts, say) already made
+    // those attempts.
+    if progress.position >= call.path.cap {
+        return Next::End(give_up(error, "the path's attempts are spent"));
+    }
+    let backoff = progress.delays.next().unwrap_or(policy.backoff.cap());
+    let mut delay = backoff;
+    let mut source = DelaySource::Backoff;
+    if let Classification::Throttled {
+        retry_after: Some(floor),
+    } = class
+    {
+        // Without a deadline, a server that asks for more than the
+        // maximum is not retried at all: sooner would disobey it.
+        if call.deadline.is_none() && floor > MAX_RETRY_AFTER {
+            return Next::End(give_up(error, "Retry-After beyond the maximum wait"));
+        }
+        if floor > backoff {
+            delay = floor;
+            source = DelaySource::RetryAfter;
+        }
+    }
+    let now = Instant::now();
+    // A sleep that would end at or after the deadline is not slept:
+    // the attempt after it could not finish in time.
+    if call
+        .deadline
+        .is_some_and(|d| now.checked_add(delay).is_none_or(|wake| wake >= d))
+    {
+        return Next::End(give_up(error, "deadline too close to retry"));
+    }
+    // The budget nearest the dependency is asked first, whichever
+    // layer retries: an enclosing layer's retry sends the same request
+    // down again.
+    let own = call.deps.budget_ref();
+    let nested = progress
+        .last_nested
+        .as_ref()
+        .filter(|n| !own.is_some_and(|o| n.same(o)));
+    if let Some(nested) = nested {
+        if !nested.get().try_retry_held(now) {
+            return Next::End(give_up(error, "retry budget spent"));
+        }
+    }
+    if !call.deps.try_retry_held(now) {
+        // The retry is not made: the nested budget's grant
+        // goes back, or each refusal here would spend it.
+        if let Some(nested) = nested {
+            nested.get().give_back(now);
+        }
+        return Next::End(give_up(error, "retry budget spent"));
+    }
+    // Until the retry's attempt is admitted, its grants are held: a
+    // call dropped while it sleeps (its caller's timeout, a
+    // `select!`) or waits for a bulkhead slot never makes it, nor
+    // does one a breaker, bulkhead or throttle refuses, and they
+    // go back.
+    let held = Grants {
+        own: call.deps.budget(),
+        nested: nested.cloned(),
+        at: now,
+        spent: false,
+    };
+    let left = call.deadline.map(|d| d.saturating_duration_since(now));
+    telemetry::retrying(
+        policy, span, number, &cause, &error, describe, delay, source, left,
+    );
+    Next::Retry(held, delay)
+}
+
+/// The end of a retried call: its failed budget reported, its outcome
+/// recorded, and the call (leaving the work in flight) ended before its
+/// span closes.
+fn retry_end<R: ReturnsResult, C>(
+    call: Call<C>,
+    span: CallSpan,
+    last_nested: Option<BudgetRef>,
+    result: Result<R::Ok, (R::Error, CallOutcome)>,
+) -> R {
+    if result.is_err() {
+        call.report_failed_budget(last_nested);
+    }
+    let out = R::from_result(call.end(result));
+    drop(call);
+    drop(span);
+    out
+}
+
+/// A call handed over by the lean path, for the retry loop: ended here if
+/// its first attempt's failure ends it, else the loop's future, which
+/// holds nothing of that attempt (see [`Progress`]).
+#[allow(clippy::type_complexity)]
+fn retry_begin<R, C, V>(
+    resumed: Resumed<C, R::Ok, R::Error>,
+    refuse: fn(Error) -> R::Error,
+    describe: Describe<R::Error>,
+) -> Result<(Call<C>, CallSpan, Begin, Progress), R>
+where
+    R: ReturnsResult,
+    C: Fn(&R::Error) -> V,
+    V: Into<Verdict>,
+{
+    let Resumed { call, span, first } = resumed;
+    let mut progress = Progress {
+        delays: call.policy.backoff.delays(),
+        position: call.path.base,
+        number: 1,
+        last_nested: None,
+    };
+    let begin = match first {
+        First::Attempted(attempted) => {
+            match after_attempt::<R, C, V>(&call, &span, refuse, describe, &mut progress, attempted)
+            {
+                Next::End(result) => {
+                    let last_nested = progress.last_nested.take();
+                    return Err(retry_end::<R, C>(call, span, last_nested, result));
+                }
+                Next::Retry(held, delay) => Begin::Retry(held, delay),
+            }
+        }
+        First::Waiting(breaker) => Begin::Attempt(Some(breaker)),
+        First::NotBegun => Begin::Attempt(None),
+    };
+    Ok((call, span, begin, progress))
+}
+
+/// [`retry_resumed`]: the loop's future boxed, for a call without parts,
+/// handed over only after its first attempt failed: its lean future stays
+/// the size of that attempt, not of the whole retry loop (a future is
+/// moved at least once after it is made, and a bigger one costs a
+/// `memcpy` call per call). One allocation, on that failure path only.
 #[cold]
 #[inline(never)]
 fn boxed_retry_resumed<R, C, V, F, Fut>(
@@ -1204,7 +1464,7 @@ fn boxed_retry_resumed<R, C, V, F, Fut>(
     refuse: fn(Error) -> R::Error,
     describe: Describe<R::Error>,
     attempt: F,
-) -> Pin<Box<impl Future<Output = R>>>
+) -> Handed<R, Pin<Box<impl Future<Output = R>>>>
 where
     R: ReturnsResult,
     F: FnMut() -> Fut,
@@ -1212,16 +1472,46 @@ where
     C: Fn(&R::Error) -> V,
     V: Into<Verdict>,
 {
-    Box::pin(retry_resumed::<R, C, V, F, Fut>(
-        resumed, refuse, describe, attempt,
-    ))
+    match retry_begin::<R, C, V>(resumed, refuse, describe) {
+        Err(out) => Handed::Done(out),
+        Ok((call, span, begin, progress)) => Handed::Go(Box::pin(retry_loop::<R, C, V, F, Fut>(
+            call, span, begin, progress, refuse, describe, attempt,
+        ))),
+    }
 }
 
 /// The retry loop of a call handed over by the lean path ([`lean`]): after
 /// its first attempt failed, or before it was made ([`First::Waiting`],
-/// [`First::NotBegun`]).
-async fn retry_resumed<R, C, V, F, Fut>(
+/// [`First::NotBegun`]); held in place (a call with parts).
+fn retry_resumed<R, C, V, F, Fut>(
     resumed: Resumed<C, R::Ok, R::Error>,
+    refuse: fn(Error) -> R::Error,
+    describe: Describe<R::Error>,
+    attempt: F,
+) -> Handed<R, impl Future<Output = R>>
+where
+    R: ReturnsResult,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<R::Ok, R::Error>>,
+    C: Fn(&R::Error) -> V,
+    V: Into<Verdict>,
+{
+    match retry_begin::<R, C, V>(resumed, refuse, describe) {
+        Err(out) => Handed::Done(out),
+        Ok((call, span, begin, progress)) => Handed::Go(retry_loop::<R, C, V, F, Fut>(
+            call, span, begin, progress, refuse, describe, attempt,
+        )),
+    }
+}
+
+/// The retry loop proper: each attempt made, then decided
+/// ([`after_attempt`]), until the call ends. Its arguments and what it
+/// holds across its awaits carry nothing of an attempt's output or error.
+async fn retry_loop<R, C, V, F, Fut>(
+    call: Call<C>,
+    span: CallSpan,
+    begin: Begin,
+    mut progress: Progress,
     refuse: fn(Error) -> R::Error,
     describe: Describe<R::Error>,
     mut attempt: F,
@@ -1233,209 +1523,70 @@ where
     C: Fn(&R::Error) -> V,
     V: Into<Verdict>,
 {
-    // The call is declared after its span, so that it ends (leaving the
-    // work in flight) before the span closes.
-    let span = resumed.span;
-    let call = resumed.call;
     let policy = call.policy;
-    let mut first = Some(resumed.first);
-    let span = &span;
-    // The budget below the last attempt, nearest the dependency.
-    let mut last_nested: Option<BudgetRef>;
-    // The budgets' grants of the retry about to be made: spent once its
-    // attempt is admitted, given back if it is refused or never made.
-    let mut grants: Option<Grants<'_>> = None;
-    // One block, not a nested `async fn`: see `once_lean` on nesting.
-    let result: Result<R::Ok, (R::Error, CallOutcome)> = 'call: {
-        let mut delays = policy.backoff.delays();
-        let mut started = call.start;
-        // This call's position on its path: attempts that reached the end of
-        // the chain, its own and those of the enclosing layers before it.
-        let mut position = call.path.base;
-        let mut number: u32 = 0;
-        loop {
-            number += 1;
-            let attempted = match first.take() {
-                // The first attempt used the call's start: later ones read the
-                // clock again.
-                Some(First::Attempted(attempted)) => {
-                    started.take();
-                    attempted
-                }
-                Some(First::Waiting(breaker)) => {
-                    let waiting = Some(breaker);
-                    call.attempt(
-                        span,
-                        number,
-                        position,
-                        started.take(),
-                        waiting,
-                        None,
-                        &mut attempt,
-                    )
-                    .await
-                }
-                Some(First::NotBegun) | None => {
-                    call.attempt(
-                        span,
-                        number,
-                        position,
-                        started.take(),
-                        None,
-                        grants.take(),
-                        &mut attempt,
-                    )
-                    .await
-                }
-            };
-            let nested_gave_up = match attempted.frame {
-                Some(frame) => {
-                    position = position.max(frame.high);
-                    call.reach(position);
-                    last_nested = frame.budget;
-                    call.report_budget(last_nested.as_ref());
-                    frame.gave_up > 0
-                }
-                None => {
-                    last_nested = None;
-                    false
-                }
-            };
-            let (error, class, cause) = match attempted.result {
-                Ok(value) => break 'call Ok(value),
-                Err(failure) => {
-                    let cause = failure.cause();
-                    match call.settle(failure, refuse) {
-                        Settled::Retryable(error, class) => (error, class, cause),
-                        Settled::Final(error) => {
-                            call.trace_final(span, number, &cause, &error, describe);
-                            break 'call Err((error, cause.outcome()));
-                        }
-                    }
-                }
-            };
-            let outcome = cause.outcome();
-            let give_up = |error: R::Error, why: &'static str| {
-                telemetry::gave_up(policy, span, number, &cause, &error, describe, why);
-                Err((call.give_up(error), outcome))
-            };
-            // A nested layer already retried this failure and gave up: retrying
-            // here too would multiply attempts (one retrying layer).
-            if nested_gave_up {
-                break 'call give_up(error, "a nested call gave up");
+    // The first attempt, if made here, uses the call's start: later ones
+    // read the clock again.
+    let mut started = call.start;
+    let mut next = begin;
+    let result = loop {
+        let attempted = match next {
+            Begin::Attempt(waiting) => {
+                call.attempt(
+                    &span,
+                    progress.number,
+                    progress.position,
+                    started.take(),
+                    waiting,
+                    None,
+                    &mut attempt,
+                )
+                .await
             }
-            if number > policy.retries {
-                // A layer that never retries (only here for its fallback) has
-                // not retried this failure: an enclosing layer still may.
-                if policy.retries == 0 {
-                    telemetry::failed(
-                        policy,
-                        span,
-                        number,
-                        &cause,
-                        &error,
-                        describe,
-                        "no retries here",
-                    );
-                    break 'call Err((error, outcome));
-                }
-                break 'call give_up(error, "retries spent");
+            Begin::Retry(held, delay) => {
+                started = None;
+                tokio::time::sleep(delay).await;
+                telemetry::retry_made(policy);
+                progress.number += 1;
+                // The grants go with the attempt: spent once it is
+                // admitted, given back if it is refused or never made.
+                call.attempt(
+                    &span,
+                    progress.number,
+                    progress.position,
+                    None,
+                    None,
+                    Some(held),
+                    &mut attempt,
+                )
+                .await
             }
-            // Another attempt would take the path past what its most generous
-            // layer allows: nested calls (cut by timeouts, say) already made
-            // those attempts.
-            if position >= call.path.cap {
-                break 'call give_up(error, "the path's attempts are spent");
-            }
-            let backoff = delays.next().unwrap_or(policy.backoff.cap());
-            let mut delay = backoff;
-            let mut source = DelaySource::Backoff;
-            if let Classification::Throttled {
-                retry_after: Some(floor),
-            } = class
-            {
-                // Without a deadline, a server that asks for more than the
-                // maximum is not retried at all: sooner would disobey it.
-                if call.deadline.is_none() && floor > MAX_RETRY_AFTER {
-                    break 'call give_up(error, "Retry-After beyond the maximum wait");
-                }
-                if floor > backoff {
-                    delay = floor;
-                    source = DelaySource::RetryAfter;
-                }
-            }
-            let now = Instant::now();
-            // A sleep that would end at or after the deadline is not slept:
-            // the attempt after it could not finish in time.
-            if call
-                .deadline
-                .is_some_and(|d| now.checked_add(delay).is_none_or(|wake| wake >= d))
-            {
-                break 'call give_up(error, "deadline too close to retry");
-            }
-            // The budget nearest the dependency is asked first, whichever
-            // layer retries: an enclosing layer's retry sends the same request
-            // down again.
-            let own = call.deps.budget_ref();
-            let nested = last_nested
-                .as_ref()
-                .filter(|n| !own.is_some_and(|o| n.same(o)));
-            if let Some(nested) = nested {
-                if !nested.get().try_retry_held(now) {
-                    break 'call give_up(error, "retry budget spent");
-                }
-            }
-            if !call.deps.try_retry_held(now) {
-                // The retry is not made: the nested budget's grant
-                // goes back, or each refusal here would spend it.
-                if let Some(nested) = nested {
-                    nested.get().give_back(now);
-                }
-                break 'call give_up(error, "retry budget spent");
-            }
-            // Until the retry's attempt is admitted, its grants are held: a
-            // call dropped while it sleeps (its caller's timeout, a
-            // `select!`) or waits for a bulkhead slot never makes it, nor
-            // does one a breaker, bulkhead or throttle refuses, and they
-            // go back.
-            let held = Grants {
-                own: call.deps.budget_ref(),
-                nested: nested.cloned(),
-                at: now,
-                spent: false,
-            };
-            let left = call.deadline.map(|d| d.saturating_duration_since(now));
-            telemetry::retrying(
-                policy, span, number, &cause, &error, describe, delay, source, left,
-            );
-            tokio::time::sleep(delay).await;
-            grants = Some(held);
-            telemetry::retry_made(policy);
+        };
+        match after_attempt::<R, C, V>(&call, &span, refuse, describe, &mut progress, attempted) {
+            Next::End(result) => break result,
+            Next::Retry(held, delay) => next = Begin::Retry(held, delay),
         }
     };
-    if result.is_err() {
-        call.report_failed_budget(last_nested);
-    }
-    R::from_result(call.end(result))
+    let last_nested = progress.last_nested.take();
+    retry_end::<R, C>(call, span, last_nested, result)
 }
 
 /// The retry budgets' grants of a retry not yet made: given back if it is
 /// not made (the call dropped before, or the attempt refused here).
-struct Grants<'a> {
-    own: Option<&'a RetryBudget>,
+struct Grants {
+    own: Option<BudgetRef>,
     nested: Option<BudgetRef>,
     /// When they were granted: the window slot they were counted in.
     at: Instant,
     spent: bool,
 }
 
-impl Grants<'_> {
+impl Grants {
     /// The retry's attempt goes out: the grants are spent, and counted as
     /// granted.
     fn spend(mut self) {
         self.spent = true;
-        if let Some(own) = self.own {
-            own.count_granted();
+        if let Some(own) = &self.own {
+            own.get().count_granted();
         }
         if let Some(nested) = &self.nested {
             nested.get().count_granted();
@@ -1443,13 +1594,13 @@ impl Grants<'_> {
     }
 }
 
-impl Drop for Grants<'_> {
+impl Drop for Grants {
     fn drop(&mut self) {
         if self.spent {
             return;
         }
-        if let Some(own) = self.own {
-            own.give_back(self.at);
+        if let Some(own) = &self.own {
+            own.get().give_back(self.at);
         }
         if let Some(nested) = &self.nested {
             nested.get().give_back(self.at);
@@ -1458,4 +1609,4 @@ impl Drop for Grants<'_> {
 }
 
 mod lean;
-use lean::{Engine, NoParts, OnceLean, Parts};
+use lean::{Engine, Handed, NoParts, OnceLean, Parts};

@@ -363,10 +363,58 @@ async fn methods_with_arc_self_are_retried() {
     assert_eq!(Arc::strong_count(&s), 1);
 }
 
+/// The usual boxed error, which is not `Send`.
+type LocalError = Box<dyn std::error::Error>;
+
+fn always_transient(_: &LocalError) -> Classification {
+    Classification::Transient
+}
+
+/// Fails `fails` times with an error that is not `Send`, then answers.
+#[resilient(retries = 2, idempotent, base_ms = 1, cap_ms = 1, classify = always_transient)]
+async fn fails_locally(fails: &AtomicU32) -> Result<u32, LocalError> {
+    tokio::task::yield_now().await;
+    if fails
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+    {
+        return Err("down".into());
+    }
+    Ok(7)
+}
+
+/// The same error with parts (a breaker), retried or not: the engine's
+/// other entries.
+#[resilient(retries = 2, idempotent, breaker = "send-check", classify = always_transient)]
+async fn fails_locally_with_parts(fails: &AtomicU32) -> Result<u32, LocalError> {
+    fails_locally(fails).await
+}
+
+#[resilient(breaker = "send-check", classify = always_transient)]
+async fn fails_once_with_parts(fails: &AtomicU32) -> Result<u32, LocalError> {
+    fails_locally(fails).await
+}
+
 #[test]
 fn generated_future_is_send() {
     fn assert_send<T: Send>(_: &T) {}
     let dep = Dependency::default();
     assert_send(&fetch(&dep));
     assert_send(&charge(&dep, IdempotencyKey::random(), Arc::default()));
+    // A body that never holds its error across an `.await` is `Send`
+    // whatever the error type, and so is its retry loop (review 40: the
+    // failed attempt's error was held across the backoff's sleep).
+    assert_send(&fails_locally(&AtomicU32::new(0)));
+    assert_send(&fails_locally_with_parts(&AtomicU32::new(0)));
+    assert_send(&fails_once_with_parts(&AtomicU32::new(0)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_call_with_an_error_that_is_not_send_spawns() {
+    static FAILS: AtomicU32 = AtomicU32::new(1);
+    let answer = tokio::spawn(async { fails_locally(&FAILS).await.map_err(|e| e.to_string()) })
+        .await
+        .unwrap();
+    assert_eq!(answer, Ok(7));
+    assert_eq!(FAILS.load(Ordering::SeqCst), 0);
 }

@@ -164,7 +164,12 @@ where
     Fut: Future<Output = Result<R::Ok, R::Error>>,
     C: Fn(&R::Error) -> V,
     V: Into<Verdict>,
-    G: Fn(Resumed<C, R::Ok, R::Error>, fn(Error) -> R::Error, Describe<R::Error>, F) -> H,
+    G: Fn(
+        Resumed<C, R::Ok, R::Error>,
+        fn(Error) -> R::Error,
+        Describe<R::Error>,
+        F,
+    ) -> Handed<R, H>,
     H: Future<Output = R>,
 {
     type Output = R;
@@ -176,10 +181,12 @@ where
                 StateProj::Lean { lean } => match lean.poll(cx) {
                     Poll::Pending => return Poll::Pending,
                     Poll::Ready(LeanEnd::Done(out)) => return Poll::Ready(out),
-                    Poll::Ready(LeanEnd::Handover(h)) => {
-                        let fut = general(this.general, h);
-                        this.state.set(State::General { fut });
-                    }
+                    Poll::Ready(LeanEnd::Handover(h)) => match general(this.general, h) {
+                        // Decided at once (the first attempt's failure
+                        // ends the call): nothing of it is kept in a future.
+                        Handed::Done(out) => return Poll::Ready(out),
+                        Handed::Go(fut) => this.state.set(State::General { fut }),
+                    },
                 },
                 StateProj::General { fut } => return poll_general(fut, cx),
             }
@@ -364,6 +371,15 @@ where
             _verdict: PhantomData,
         }
     }
+}
+
+/// What the `async` engine makes of a handed-over call: its end, when the
+/// first attempt's failure decides it at once, or the future that goes on
+/// with it. A value taken apart at once, never kept: the end's output is
+/// never held in a future across an await.
+pub(super) enum Handed<R, H> {
+    Done(R),
+    Go(H),
 }
 
 /// How the lean path ended. A value returned once and taken apart at once,
@@ -859,10 +875,15 @@ where
 /// The `async` engine's future for a handed-over call.
 #[cold]
 #[inline(never)]
-fn general<R, C, F, G, H>(general: &G, h: Handover<R, C, F>) -> H
+fn general<R, C, F, G, H>(general: &G, h: Handover<R, C, F>) -> Handed<R, H>
 where
     R: ReturnsResult,
-    G: Fn(Resumed<C, R::Ok, R::Error>, fn(Error) -> R::Error, Describe<R::Error>, F) -> H,
+    G: Fn(
+        Resumed<C, R::Ok, R::Error>,
+        fn(Error) -> R::Error,
+        Describe<R::Error>,
+        F,
+    ) -> Handed<R, H>,
 {
     general(h.resumed, h.refuse, h.describe, h.make)
 }
