@@ -191,9 +191,12 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
                         // from the future's own copy.
                         let copy =
                             format_ident!("__resilient_copy_{}", i, span = Span::mixed_site());
+                        // `mut`: a `ref mut` binding in the pattern borrows
+                        // the copy mutably (review 40: refused).
                         rebinds.push(quote_spanned! {ty_span=>
                             #(#cfgs)*
-                            let #copy = #krate_at_ty::__private::ReusableArgument::reuse(&#name);
+                            #[allow(unused_mut)]
+                            let mut #copy = #krate_at_ty::__private::ReusableArgument::reuse(&#name);
                         });
                         destructures.push(quote! { #(#cfgs)* #(#lints)* let #original = #copy; });
                     }

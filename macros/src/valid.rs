@@ -245,7 +245,7 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
     if reuses_arguments {
         for arg in &sig.inputs {
             if let FnArg::Typed(t) = arg {
-                if let Type::Reference(reference) = &*t.ty {
+                if let Type::Reference(reference) = ungrouped(&t.ty) {
                     if reference.mutability.is_some() {
                         let shared = &reference.elem;
                         let why = if retries > 0 {
@@ -322,6 +322,15 @@ enum Receiver {
     Owned,
 }
 
+/// `ty` without the invisible group a `macro_rules!` `$t:ty` fragment puts
+/// around it (review 40: a key type passed so was not recognised).
+fn ungrouped(ty: &Type) -> &Type {
+    match ty {
+        Type::Group(g) => ungrouped(&g.elem),
+        other => other,
+    }
+}
+
 /// By name, since types are not known to a macro: `Arc` and `Rc` under any
 /// path (`std::sync::Arc`, `alloc::rc::Rc`).
 fn receiver_kind(ty: &Type) -> Receiver {
@@ -329,6 +338,7 @@ fn receiver_kind(ty: &Type) -> Receiver {
         Type::Reference(r) if r.mutability.is_some() => Receiver::BorrowedMutably,
         Type::Reference(_) => Receiver::Borrowed,
         Type::Paren(p) => receiver_kind(&p.elem),
+        Type::Group(g) => receiver_kind(&g.elem),
         Type::Path(p) if p.qself.is_none() => {
             let Some(last) = p.path.segments.last() else {
                 return Receiver::Owned;
@@ -363,6 +373,7 @@ fn names_idempotency_key(ty: &Type) -> bool {
     match ty {
         Type::Reference(r) => names_idempotency_key(&r.elem),
         Type::Paren(p) => names_idempotency_key(&p.elem),
+        Type::Group(g) => names_idempotency_key(&g.elem),
         Type::Path(p) if p.qself.is_none() => {
             let Some(last) = p.path.segments.last() else {
                 return false;

@@ -363,6 +363,59 @@ async fn methods_with_arc_self_are_retried() {
     assert_eq!(Arc::strong_count(&s), 1);
 }
 
+/// Pushes onto its argument through a `ref mut` pattern, failing the first
+/// time: each attempt has its own copy.
+#[resilient(retries = 1, idempotent, base_ms = 1, cap_ms = 1)]
+async fn push_onto(ref mut items: Vec<u32>, fails: &AtomicU32) -> Result<usize, TestError> {
+    items.push(1);
+    if fails
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+    {
+        return Err(TestError::Transient);
+    }
+    Ok(items.len())
+}
+
+/// A `ref mut` argument pattern compiles under `retries` (review 40: the
+/// copy it borrows was not mutable), and borrows each attempt's own copy.
+#[tokio::test(start_paused = true)]
+async fn a_ref_mut_argument_pattern_borrows_each_attempts_copy() {
+    let fails = AtomicU32::new(1);
+    assert_eq!(push_onto(vec![7], &fails).await.unwrap(), 2);
+    assert_eq!(fails.load(Ordering::SeqCst), 0);
+}
+
+/// Functions made by a `macro_rules!` whose key type comes in as a
+/// `$t:ty` fragment (an invisible group around the type).
+macro_rules! keyed_charge {
+    ($name:ident, $key:ty) => {
+        /// Fails its first attempt; notes the key of each.
+        #[resilient(retries = 2, base_ms = 1, cap_ms = 1)]
+        async fn $name(key: $key, seen: &Mutex<Vec<String>>) -> Result<u32, TestError> {
+            let mut keys = seen.lock().unwrap();
+            keys.push(key.to_string());
+            if keys.len() < 2 {
+                Err(TestError::Transient)
+            } else {
+                Ok(1)
+            }
+        }
+    };
+}
+
+keyed_charge!(charge_through_a_macro, &IdempotencyKey);
+
+/// The key is recognised through the macro's fragment (review 40: "takes
+/// no idempotency key"), and every attempt gets the same one.
+#[tokio::test(start_paused = true)]
+async fn a_key_type_from_a_macro_fragment_is_recognised() {
+    let key = IdempotencyKey::random();
+    let seen = Mutex::new(Vec::new());
+    assert_eq!(charge_through_a_macro(&key, &seen).await.unwrap(), 1);
+    assert_eq!(*seen.lock().unwrap(), vec![key.to_string(); 2]);
+}
+
 /// The usual boxed error, which is not `Send`.
 type LocalError = Box<dyn std::error::Error>;
 
