@@ -718,6 +718,14 @@ fn rename_self_in(tokens: TokenStream, mut formatting: Option<usize>) -> TokenSt
                     self_copy(ident.span())
                 }));
             }
+            // A `use` tree's group (`use std::fmt::{self, Write}`): paths
+            // only, whose `self` is the module's (review 40: renamed).
+            TokenTree::Group(g)
+                if g.delimiter() == Delimiter::Brace
+                    && matches!(out.last(), Some(TokenTree::Punct(p)) if p.as_char() == ':') =>
+            {
+                out.push(TokenTree::Group(g));
+            }
             TokenTree::Group(g) => {
                 // `name!(…)`: a macro call, maybe of a formatting macro.
                 let formats = match &out[..] {

@@ -350,6 +350,33 @@ impl Service {
     }
 }
 
+impl Service {
+    /// Imports `self` of a module in its body, renders with its `self`.
+    #[resilient(retries = 2, idempotent)]
+    async fn render_shared(self: Arc<Self>) -> Result<String, TestError> {
+        use std::fmt::{self, Write};
+        let mut out = String::new();
+        let n = self.dep.call().await?;
+        write!(out, "{n}/{}", self.calls.load(Ordering::SeqCst))
+            .map_err(|_: fmt::Error| TestError::Permanent)?;
+        Ok(out)
+    }
+}
+
+/// A `use path::{self, …}` in the body of an `Arc<Self>` method that
+/// retries compiles: its `self` is the module's, not renamed as the
+/// method's is (review 40: "unresolved import").
+#[tokio::test(start_paused = true)]
+async fn a_use_of_a_modules_self_in_an_arc_self_method_compiles() {
+    let s = Arc::new(Service {
+        dep: Dependency::failing_with(vec![TestError::Transient]),
+        calls: AtomicU32::new(4),
+    });
+    // The dependency answers with its count of attempts.
+    assert_eq!(s.clone().render_shared().await.unwrap(), "2/4");
+    assert_eq!(s.dep.attempts(), 2);
+}
+
 #[tokio::test(start_paused = true)]
 async fn methods_with_arc_self_are_retried() {
     let s = Arc::new(Service {
