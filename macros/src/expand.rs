@@ -118,12 +118,12 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
             };
             let ty_span = typed.ty.span();
             let krate_at_ty = respan(&krate, ty_span);
-            // A parameter compiled out (`#[cfg(…)]`) is copied and passed on
-            // under the same condition.
+            // A parameter compiled out (`#[cfg(…)]`, or a `cfg_attr` that
+            // makes one) is copied and passed on under the same condition.
             let cfgs: Vec<syn::Attribute> = typed
                 .attrs
                 .iter()
-                .filter(|a| a.path().is_ident("cfg"))
+                .filter(|a| crate::valid::compiles_out(a))
                 .cloned()
                 .collect();
             // Its lint levels (`#[allow(unused_variables)]`) go with each

@@ -194,7 +194,7 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
     // A key under `#[cfg(…)]` may be compiled out, and the retries with it
     // would not be: only a key that is always there lets them be.
     let conditional = |i: &usize| match &sig.inputs[*i] {
-        FnArg::Typed(t) => t.attrs.iter().any(|a| a.path().is_ident("cfg")),
+        FnArg::Typed(t) => t.attrs.iter().any(compiles_out),
         FnArg::Receiver(_) => false,
     };
     // A key bound to `_` cannot be sent: the body has no name for it.
@@ -320,6 +320,27 @@ enum Receiver {
     /// it. Cloning all of `self` for every attempt would be a surprise; a
     /// `Self: Clone` that wants it can take `self: Arc<Self>`.
     Owned,
+}
+
+/// `#[cfg(…)]`, or a `#[cfg_attr(…, cfg(…))]` that may become one: an
+/// argument under it may be compiled out (review 40: under `cfg_attr`, the
+/// expansion kept using a key that was gone).
+pub(crate) fn compiles_out(attr: &syn::Attribute) -> bool {
+    if attr.path().is_ident("cfg") {
+        return true;
+    }
+    if !attr.path().is_ident("cfg_attr") {
+        return false;
+    }
+    let syn::Meta::List(list) = &attr.meta else {
+        return false;
+    };
+    // `cfg_attr(predicate, attr, …)`: an attribute that is `cfg`.
+    list.tokens
+        .clone()
+        .into_iter()
+        .skip_while(|t| !matches!(t, proc_macro2::TokenTree::Punct(p) if p.as_char() == ','))
+        .any(|t| matches!(t, proc_macro2::TokenTree::Ident(i) if i == "cfg"))
 }
 
 /// `ty` without the invisible group a `macro_rules!` `$t:ty` fragment puts

@@ -10,6 +10,9 @@ async fn retried(
     n: u32,
     #[cfg(all())] m: u32,
     #[cfg(any())] (a, b): (u32, u32),
+    // A `cfg_attr` that makes a `cfg` compiles the parameter out too
+    // (review 40: it was still copied, E0425).
+    #[cfg_attr(all(), cfg(any()))] trace: bool,
 ) -> Result<u32, std::io::Error> {
     Ok(n + m)
 }
