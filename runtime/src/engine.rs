@@ -1012,23 +1012,23 @@ where
     let waiting = match first {
         First::Attempted(attempted) => {
             let out = once_end(&call, &span, attempted, refuse, describe);
-            // The call ends (leaving the work in flight) before its span.
-            drop(call);
-            drop(span);
+            close(span, call);
             return Handed::Done(out);
         }
         First::Waiting(breaker) => Some(breaker),
         First::NotBegun => None,
     };
     Handed::Go(once_waiting::<R, C, V, F, Fut>(
-        call, span, waiting, refuse, describe, make,
+        span, call, waiting, refuse, describe, make,
     ))
 }
 
-/// [`once_resumed`]'s attempt, made here.
+/// [`once_resumed`]'s attempt, made here. The span comes before the
+/// call: parameters are dropped last first, so the call ends (leaving the
+/// work in flight) before its span closes, also when this is dropped.
 async fn once_waiting<R, C, V, F, Fut>(
-    call: Call<C>,
     span: CallSpan,
+    call: Call<C>,
     waiting: Option<Option<BreakerPermit<'static>>>,
     refuse: fn(Error) -> R::Error,
     describe: Describe<R::Error>,
@@ -1041,10 +1041,6 @@ where
     C: Fn(&R::Error) -> V,
     V: Into<Verdict>,
 {
-    // The call is declared after its span, so that it ends (leaving the
-    // work in flight) before the span closes.
-    let span = span;
-    let call = call;
     let attempted = call
         .attempt(&span, 1, call.path.base, call.start, waiting, None, make)
         .await;
@@ -1400,8 +1396,8 @@ where
 /// recorded, and the call (leaving the work in flight) ended before its
 /// span closes.
 fn retry_end<R: ReturnsResult, C>(
-    call: Call<C>,
     span: CallSpan,
+    call: Call<C>,
     last_nested: Option<BudgetRef>,
     result: Result<R::Ok, (R::Error, CallOutcome)>,
 ) -> R {
@@ -1409,10 +1405,13 @@ fn retry_end<R: ReturnsResult, C>(
         call.report_failed_budget(last_nested);
     }
     let out = R::from_result(call.end(result));
-    drop(call);
-    drop(span);
+    close(span, call);
     out
 }
+
+/// Ends a call, then closes its span: parameters are dropped last first,
+/// so the call (leaving the work in flight) before the span.
+fn close<C>(_span: CallSpan, _call: Call<C>) {}
 
 /// A call handed over by the lean path, for the retry loop: ended here if
 /// its first attempt's failure ends it, else the loop's future, which
@@ -1441,7 +1440,7 @@ where
             {
                 Next::End(result) => {
                     let last_nested = progress.last_nested.take();
-                    return Err(retry_end::<R, C>(call, span, last_nested, result));
+                    return Err(retry_end::<R, C>(span, call, last_nested, result));
                 }
                 Next::Retry(held, delay) => Begin::Retry(held, delay),
             }
@@ -1475,7 +1474,7 @@ where
     match retry_begin::<R, C, V>(resumed, refuse, describe) {
         Err(out) => Handed::Done(out),
         Ok((call, span, begin, progress)) => Handed::Go(Box::pin(retry_loop::<R, C, V, F, Fut>(
-            call, span, begin, progress, refuse, describe, attempt,
+            span, call, begin, progress, refuse, describe, attempt,
         ))),
     }
 }
@@ -1499,7 +1498,7 @@ where
     match retry_begin::<R, C, V>(resumed, refuse, describe) {
         Err(out) => Handed::Done(out),
         Ok((call, span, begin, progress)) => Handed::Go(retry_loop::<R, C, V, F, Fut>(
-            call, span, begin, progress, refuse, describe, attempt,
+            span, call, begin, progress, refuse, describe, attempt,
         )),
     }
 }
@@ -1507,9 +1506,12 @@ where
 /// The retry loop proper: each attempt made, then decided
 /// ([`after_attempt`]), until the call ends. Its arguments and what it
 /// holds across its awaits carry nothing of an attempt's output or error.
+/// The span comes before the call: parameters are dropped last first, so
+/// the call ends (leaving the work in flight) before its span closes, also
+/// when this is dropped.
 async fn retry_loop<R, C, V, F, Fut>(
-    call: Call<C>,
     span: CallSpan,
+    call: Call<C>,
     begin: Begin,
     mut progress: Progress,
     refuse: fn(Error) -> R::Error,
@@ -1567,7 +1569,7 @@ where
         }
     };
     let last_nested = progress.last_nested.take();
-    retry_end::<R, C>(call, span, last_nested, result)
+    retry_end::<R, C>(span, call, last_nested, result)
 }
 
 /// The retry budgets' grants of a retry not yet made: given back if it is
