@@ -513,18 +513,24 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
                 let is_failure = qualified("is_failure");
                 // Counted by a graceful shutdown from before the engine
                 // (whose count ends with it) until the fallback has answered.
+                // The error is taken out of the engine's answer in a
+                // statement of its own, which ends before the fallback is
+                // awaited: a `match` on the answer would hold it across
+                // that `.await` (review 41: an error or output type that is
+                // not `Send` made the future not `Send`).
                 quote_spanned! {ret_span=>
                     async {
                         let #in_flight = #krate::__private::fallback_hold();
-                        match #engine.await {
-                            ::core::result::Result::Ok(#value) => #from_result(::core::result::Result::Ok(#value)),
-                            ::core::result::Result::Err(#error) => {
-                                let #held = #krate::__private::fallback_served(&#policy_ident, &#in_flight);
-                                let #answer = #call_fallback;
-                                #krate::__private::fallback_ended(#held, #is_failure(&#answer));
-                                #answer
+                        let #error = match #engine.await {
+                            ::core::result::Result::Ok(#value) => {
+                                return #from_result(::core::result::Result::Ok(#value));
                             }
-                        }
+                            ::core::result::Result::Err(#error) => #error,
+                        };
+                        let #held = #krate::__private::fallback_served(&#policy_ident, &#in_flight);
+                        let #answer = #call_fallback;
+                        #krate::__private::fallback_ended(#held, #is_failure(&#answer));
+                        #answer
                     }.await
                 }
             }
