@@ -4,6 +4,8 @@
 //! snapshots (retries that succeed, a call dropped in its backoff, a retry
 //! refused by a breaker that opened or a full bulkhead, nested budgets),
 //! and every slot, probe and in-flight count given back on cancellation.
+//! (Review 41 checked the same on a registry scoped around the task; the
+//! scoped path's grants are covered by `reliability.rs`.)
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
