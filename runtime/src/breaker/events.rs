@@ -556,13 +556,35 @@ impl EventHub {
         events: [Option<BreakerEvent>; 3],
         n: usize,
     ) -> Result<(), ()> {
+        self.send_in_places(queue, n, Self::QUEUE_CAPACITY, || {
+            Message::Transition(events)
+        })
+        .map_err(drop)
+    }
+
+    /// Takes `n` places of the queue, if that leaves at most `limit` of
+    /// them taken, and sends in them the message `make` makes (only once
+    /// they are taken); gives them back if it is not sent. Counted before
+    /// it is sent: the delivery thread uncounts a message when it receives
+    /// it, which may be before `try_send` returns. The one way into the
+    /// queue, for events, transitions and flushes alike.
+    fn send_in_places(
+        &self,
+        queue: &SyncSender<Message>,
+        n: usize,
+        limit: usize,
+        make: impl FnOnce() -> Message,
+    ) -> Result<(), TrySendError<()>> {
         let queued = &self.shared.queued;
-        // Counted before it is sent, as `try_queue` counts.
-        if !self.shared.queued.take(n, Self::QUEUE_CAPACITY) {
-            return Err(());
+        if !queued.take(n, limit) {
+            return Err(TrySendError::Full(()));
         }
-        queue.try_send(Message::Transition(events)).map_err(|_| {
+        queue.try_send(make()).map_err(|error| {
             queued.give_back(n);
+            match error {
+                TrySendError::Full(_) => TrySendError::Full(()),
+                TrySendError::Disconnected(_) => TrySendError::Disconnected(()),
+            }
         })
     }
 
@@ -581,15 +603,8 @@ impl EventHub {
             BreakerEvent::StateTransition { .. } => Self::QUEUE_CAPACITY,
             _ => Self::QUEUE_CAPACITY - Self::RESERVED_FOR_TRANSITIONS,
         };
-        let queued = &self.shared.queued;
-        // Counted before it is sent: the delivery thread uncounts it when
-        // received, which may be before `try_send` returns.
-        if !self.shared.queued.take(1, limit) {
-            return Err(());
-        }
-        queue.try_send(Message::Event(event.clone())).map_err(|_| {
-            queued.give_back(1);
-        })
+        self.send_in_places(queue, 1, limit, || Message::Event(event.clone()))
+            .map_err(drop)
     }
 
     /// Waits until every event queued before this call has been delivered,
@@ -602,33 +617,26 @@ impl EventHub {
         // waits for as long as it takes (review 36: it panicked).
         let deadline = Instant::now().checked_add(timeout);
         let (done, delivered) = mpsc::sync_channel(1);
-        let mut message = Message::Flush(done);
         // Counted in the queue, as a rejection is: it takes a place of the
         // channel, and never one of those kept for transitions (review 35:
         // a flush that timed out left its message in the last place, and
         // the transition after it was dropped).
-        let queued = &self.shared.queued;
         let limit = Self::QUEUE_CAPACITY - Self::RESERVED_FOR_TRANSITIONS;
         loop {
-            let sent = if self.shared.queued.take(1, limit) {
-                queue.try_send(message).inspect_err(|_| {
-                    queued.give_back(1);
-                })
-            } else {
-                Err(TrySendError::Full(message))
-            };
-            match sent {
+            match self.send_in_places(queue, 1, limit, || Message::Flush(done.clone())) {
                 Ok(()) => break,
-                Err(TrySendError::Full(m)) => {
+                Err(TrySendError::Full(())) => {
                     if deadline.is_some_and(|d| Instant::now() >= d) {
                         return false;
                     }
-                    message = m;
                     std::thread::sleep(Duration::from_millis(1));
                 }
-                Err(TrySendError::Disconnected(_)) => return true,
+                Err(TrySendError::Disconnected(())) => return true,
             }
         }
+        // Only the queued message's sender is left: a delivery thread that
+        // drops it unanswered ends the wait below.
+        drop(done);
         match deadline {
             Some(d) => delivered
                 .recv_timeout(d.saturating_duration_since(Instant::now()))
