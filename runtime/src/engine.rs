@@ -1471,11 +1471,9 @@ where
     C: Fn(&R::Error) -> V,
     V: Into<Verdict>,
 {
-    match retry_begin::<R, C, V>(resumed, refuse, describe) {
-        Err(out) => Handed::Done(out),
-        Ok((call, span, begin, progress)) => Handed::Go(Box::pin(retry_loop::<R, C, V, F, Fut>(
-            span, call, begin, progress, refuse, describe, attempt,
-        ))),
+    match retry_resumed::<R, C, V, F, Fut>(resumed, refuse, describe, attempt) {
+        Handed::Done(out) => Handed::Done(out),
+        Handed::Go(fut) => Handed::Go(Box::pin(fut)),
     }
 }
 
@@ -1526,18 +1524,17 @@ where
     V: Into<Verdict>,
 {
     let policy = call.policy;
-    // The first attempt, if made here, uses the call's start: later ones
-    // read the clock again.
-    let mut started = call.start;
     let mut next = begin;
     let result = loop {
         let attempted = match next {
+            // The first attempt (only it begins so) uses the call's start:
+            // retries read the clock again.
             Begin::Attempt(waiting) => {
                 call.attempt(
                     &span,
                     progress.number,
                     progress.position,
-                    started.take(),
+                    call.start,
                     waiting,
                     None,
                     &mut attempt,
@@ -1545,7 +1542,6 @@ where
                 .await
             }
             Begin::Retry(held, delay) => {
-                started = None;
                 tokio::time::sleep(delay).await;
                 telemetry::retry_made(policy);
                 progress.number += 1;
