@@ -732,6 +732,14 @@ fn rename_self_in(tokens: TokenStream, mut formatting: Option<usize>) -> TokenSt
             {
                 out.push(TokenTree::Group(g));
             }
+            // `stringify!(…)`: its tokens are text, and a `self` there
+            // reads "self", not the attempt's copy (review 40).
+            TokenTree::Group(g)
+                if matches!(&out[..], [.., TokenTree::Ident(name), TokenTree::Punct(bang)]
+                    if bang.as_char() == '!' && name == "stringify") =>
+            {
+                out.push(TokenTree::Group(g));
+            }
             TokenTree::Group(g) => {
                 // `name!(…)`: a macro call, maybe of a formatting macro.
                 let formats = match &out[..] {

@@ -363,6 +363,28 @@ impl Service {
     }
 }
 
+impl Service {
+    /// Names its receiver in text, after a failing attempt.
+    #[resilient(retries = 1, idempotent, base_ms = 1, cap_ms = 1)]
+    async fn receiver_named(self: Arc<Self>) -> Result<String, TestError> {
+        self.dep.call().await?;
+        Ok(format!("{} {}", stringify!(self), stringify!(self.calls)))
+    }
+}
+
+/// `stringify!(self)` in an `Arc<Self>` method that retries reads "self",
+/// as without the attribute: the attempt's copy of the receiver is the
+/// expansion's, not the user's text (review 40).
+#[tokio::test(start_paused = true)]
+async fn stringify_of_self_in_an_arc_self_method_reads_self() {
+    let s = Arc::new(Service {
+        dep: Dependency::failing_with(vec![TestError::Transient]),
+        calls: AtomicU32::new(0),
+    });
+    assert_eq!(s.clone().receiver_named().await.unwrap(), "self self.calls");
+    assert_eq!(s.dep.attempts(), 2);
+}
+
 /// A `use path::{self, …}` in the body of an `Arc<Self>` method that
 /// retries compiles: its `self` is the module's, not renamed as the
 /// method's is (review 40: "unresolved import").
