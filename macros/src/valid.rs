@@ -223,8 +223,16 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
             Some(&i) => errors.push_spanned(
                 &sig.inputs[i],
                 format!(
-                    "`{}` may not be retried with this idempotency key: it is under `#[cfg(…)]`, and where it is compiled out the function would still be retried, with no key, and a retry could repeat its side effect; take the key whatever the configuration, or add `idempotent` if running it twice is harmless",
-                    sig.ident
+                    "`{}` may not be retried with this idempotency key: it is under `{}`, and where it is compiled out the function would still be retried, with no key, and a retry could repeat its side effect; take the key whatever the configuration, or add `idempotent` if running it twice is harmless",
+                    sig.ident,
+                    // In the words the user wrote (review 40: a key under
+                    // `cfg_attr(…, cfg(…))` was said to be under `cfg`).
+                    match &sig.inputs[i] {
+                        FnArg::Typed(t)
+                            if !t.attrs.iter().any(|a| a.path().is_ident("cfg")) =>
+                            "#[cfg_attr(…, cfg(…))]",
+                        _ => "#[cfg(…)]",
+                    }
                 ),
             ),
             None => errors.push_spanned(
