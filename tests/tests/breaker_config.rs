@@ -290,6 +290,18 @@ fn minimum_calls_beyond_a_count_window_are_refused() {
         "minimum_number_of_calls",
         "20",
     );
+    // A window under the default minimum, the minimum not written: the
+    // message says the value is the default, and what to set.
+    let msg = refused_file("sliding_window_size = 60", "minimum_number_of_calls", "100");
+    assert!(msg.contains("100 is its default"), "{msg}");
+    assert!(
+        !refused_file(
+            "sliding_window_size = 10\nminimum_number_of_calls = 20",
+            "minimum_number_of_calls",
+            "20",
+        )
+        .contains("default"),
+    );
     // A time-based window may hold any number of calls.
     assert!(
         BreakerConfig::from_toml(

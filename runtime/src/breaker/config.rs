@@ -353,11 +353,22 @@ impl BreakerConfig {
         } else if matches!(self.sliding_window, SlidingWindow::CountBased { size } if size > 0 && minimum > size)
         {
             let size = self.sliding_window.size();
+            // A window made smaller than the default minimum, with the
+            // minimum left alone: the operator never wrote this value
+            // (review 43), so the message says where it comes from.
+            let default = BreakerConfig::default().minimum_number_of_calls;
+            let unset = if minimum == default {
+                format!(
+                    " ({default} is its default: a count-based window under {default} calls needs `minimum_number_of_calls` set too)"
+                )
+            } else {
+                String::new()
+            };
             refuse(
                 "minimum_number_of_calls",
                 &minimum,
                 &format!(
-                    "must not exceed `sliding_window_size` ({size}) of a count-based window, which could never hold that many calls"
+                    "must not exceed `sliding_window_size` ({size}) of a count-based window, which could never hold that many calls{unset}"
                 ),
             );
         }
