@@ -2,6 +2,9 @@
 //! transport failures before and after sending, the headers sent, and an
 //! annotated function returning `resilient::http::Error` with no glue.
 
+#[path = "support/http_date.rs"]
+mod http_date;
+
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -159,33 +162,9 @@ async fn responses_classify_by_status_and_read_the_body_only_when_permanent() {
     assert!(e.may_have_taken_effect(), "a 500 failed while processing");
 }
 
-/// IMF-fixdate for now + `ahead`, written with the standard library only.
+/// IMF-fixdate for now + `ahead`.
 fn httpdate_in(ahead: Duration) -> String {
-    let secs = (std::time::SystemTime::now() + ahead)
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let days = secs / 86_400;
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    let wd = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"][(days % 7) as usize];
-    let mon = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ][(m - 1) as usize];
-    let r = secs % 86_400;
-    format!(
-        "{wd}, {d:02} {mon} {y} {:02}:{:02}:{:02} GMT",
-        r / 3600,
-        r / 60 % 60,
-        r % 60
-    )
+    http_date::format(std::time::SystemTime::now() + ahead)
 }
 
 #[tokio::test]
