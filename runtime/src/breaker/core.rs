@@ -1103,7 +1103,15 @@ fn percent(part: u64, whole: u64) -> f64 {
 }
 
 /// The state machine.
+///
+/// Alone on its cache lines (128 bytes: x86 prefetches 64-byte lines in
+/// pairs): its state word is read by every call and its window written, so that where the heap
+/// puts another part's data cannot make that data's readers and these
+/// writers take the line from each other (the full stack on two threads
+/// ran at 494 to 647 ns a call in 4 runs of 5, at 315 to 381 ns once
+/// aligned).
 #[derive(Debug)]
+#[repr(align(128))]
 pub(crate) struct Core {
     settings: Settings,
     state: AtomicU64,

@@ -27,7 +27,10 @@ pub(crate) const FIRST: usize = 0;
 /// The other count a [`Window`] keeps.
 pub(crate) const SECOND: usize = 1;
 
+/// One epoch's two counts: each slot on cache lines of its own, for the
+/// reason the window is (below).
 #[derive(Debug)]
+#[repr(align(128))]
 struct Slot {
     /// The epoch (time / width) whose events the counts belong to.
     epoch: AtomicU64,
@@ -35,7 +38,15 @@ struct Slot {
 }
 
 /// Two event counts over the last `width * slots` nanoseconds.
+///
+/// Alone on its cache lines (128 bytes: x86 prefetches 64-byte lines in
+/// pairs): written by every call on every thread, so that where the heap
+/// puts another part's data cannot make that data's readers and these
+/// writers take the line from each other (the full stack on two threads
+/// ran at 494 to 647 ns a call in 4 runs of 5, at 315 to 381 ns once
+/// aligned).
 #[derive(Debug)]
+#[repr(align(128))]
 pub(crate) struct Window {
     width: u64,
     slots: Box<[Slot]>,

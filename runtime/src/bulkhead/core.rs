@@ -12,7 +12,15 @@
 use crate::sync::atomic::{AtomicUsize, Ordering};
 
 /// Up to `max` slots, each taken by one call in flight.
+///
+/// Alone on its cache lines (128 bytes: x86 prefetches 64-byte lines in
+/// pairs): written by every call on every thread, so that where the heap
+/// puts another part's data cannot make that data's readers and these
+/// writers take the line from each other (the full stack on two threads
+/// ran at 494 to 647 ns a call in 4 runs of 5, at 315 to 381 ns once
+/// aligned).
 #[derive(Debug)]
+#[repr(align(128))]
 pub(crate) struct Slots {
     in_flight: AtomicUsize,
     max: usize,
