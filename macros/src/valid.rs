@@ -330,9 +330,10 @@ enum Receiver {
     Owned,
 }
 
-/// `#[cfg(…)]`, or a `#[cfg_attr(…, cfg(…))]` that may become one: an
-/// argument under it may be compiled out (review 40: under `cfg_attr`, the
-/// expansion kept using a key that was gone).
+/// `#[cfg(…)]`, or a `#[cfg_attr(…, cfg(…))]` that may become one, also
+/// through nested `cfg_attr`s (`cfg_attr(p, cfg_attr(q, cfg(…)))`, review
+/// 44): an argument under it may be compiled out (review 40: under
+/// `cfg_attr`, the expansion kept using a key that was gone).
 pub(crate) fn compiles_out(attr: &syn::Attribute) -> bool {
     if attr.path().is_ident("cfg") {
         return true;
@@ -343,12 +344,29 @@ pub(crate) fn compiles_out(attr: &syn::Attribute) -> bool {
     let syn::Meta::List(list) = &attr.meta else {
         return false;
     };
-    // `cfg_attr(predicate, attr, …)`: an attribute that is `cfg`.
-    list.tokens
-        .clone()
-        .into_iter()
-        .skip_while(|t| !matches!(t, proc_macro2::TokenTree::Punct(p) if p.as_char() == ','))
-        .any(|t| matches!(t, proc_macro2::TokenTree::Ident(i) if i == "cfg"))
+    cfg_attr_may_add_cfg(list.tokens.clone())
+}
+
+/// The inside of `cfg_attr(predicate, attr, …)`: is one of the attributes
+/// `cfg`, or a `cfg_attr` that may add one?
+fn cfg_attr_may_add_cfg(tokens: proc_macro2::TokenStream) -> bool {
+    use proc_macro2::TokenTree;
+    let tokens: Vec<TokenTree> = tokens.into_iter().collect();
+    let Some(first_comma) = tokens
+        .iter()
+        .position(|t| matches!(t, TokenTree::Punct(p) if p.as_char() == ','))
+    else {
+        return false;
+    };
+    let rest = &tokens[first_comma + 1..];
+    rest.iter().enumerate().any(|(i, t)| match t {
+        TokenTree::Ident(name) if name == "cfg" => true,
+        TokenTree::Ident(name) if name == "cfg_attr" => match rest.get(i + 1) {
+            Some(TokenTree::Group(inner)) => cfg_attr_may_add_cfg(inner.stream()),
+            _ => false,
+        },
+        _ => false,
+    })
 }
 
 /// `ty` without the invisible group a `macro_rules!` `$t:ty` fragment puts

@@ -13,8 +13,19 @@ async fn charge(
     Ok(cents)
 }
 
+// Through nested `cfg_attr`s (review 44: refused, but as E0425).
+#[resilient(retries = 3)]
+async fn refund(
+    #[cfg_attr(all(), cfg_attr(not(feature = "send-idempotency-keys"), cfg(any())))]
+    key: &IdempotencyKey,
+    cents: u64,
+) -> Result<u64, std::io::Error> {
+    Ok(cents)
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let _ = charge(500).await;
+    let _ = refund(500).await;
     let _ = IdempotencyKey::random();
 }

@@ -13,6 +13,8 @@ async fn retried(
     // A `cfg_attr` that makes a `cfg` compiles the parameter out too
     // (review 40: it was still copied, E0425).
     #[cfg_attr(all(), cfg(any()))] trace: bool,
+    // Through nested `cfg_attr`s too (review 44: E0425).
+    #[cfg_attr(all(), cfg_attr(all(), cfg(any())))] label: &str,
 ) -> Result<u32, std::io::Error> {
     Ok(n + m)
 }
