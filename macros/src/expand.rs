@@ -109,6 +109,7 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
                         let copy = self_copy(r.self_token.span);
                         let source = syn::Ident::new("self", r.self_token.span.located_at(ty_span));
                         rebinds.push(quote_spanned! {ty_span=>
+                            #[allow(clippy::used_underscore_binding)]
                             let #mutability #copy = #krate_at_ty::__private::ReusableArgument::reuse(&#source);
                         });
                     }
@@ -164,10 +165,14 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
                     // type, so a non-`Clone` argument is reported there,
                     // once; the name keeps its own hygiene, so parameters
                     // named by a `macro_rules!` caller still resolve.
+                    // An `_`-named argument is the user's to leave unused:
+                    // the copy that reads it is the expansion's (review 44:
+                    // clippy's `used_underscore_binding` at the type).
                     let source = at(ident, ty_span);
                     rebinds.push(quote_spanned! {ty_span=>
                         #(#cfgs)*
                         #(#lints)*
+                        #[allow(clippy::used_underscore_binding)]
                         let #mutability #ident = #krate_at_ty::__private::ReusableArgument::reuse(&#source);
                     });
                     ident.clone()
@@ -209,7 +214,8 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
                 let source = at(&name, ty_span);
                 checks.push(quote_spanned! {ty_span=>
                     #(#cfgs)*
-                    #krate_at_ty::__private::idempotency_key(&#source);
+                    #[allow(clippy::used_underscore_binding)]
+                    let () = #krate_at_ty::__private::idempotency_key(&#source);
                 });
             }
         }
@@ -528,6 +534,7 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
                             ::core::result::Result::Err(#error) => #error,
                         };
                         let #held = #krate::__private::fallback_served(&#policy_ident, &#in_flight);
+                        #[allow(clippy::used_underscore_binding)]
                         let #answer = #call_fallback;
                         #krate::__private::fallback_ended(#held, #is_failure(&#answer));
                         #answer
@@ -593,6 +600,7 @@ fn attempt_block(body: &Group, destructures: &[TokenStream], ret: &syn::Type) ->
     let (attrs, stmts) = tokens.split_at(inner_attrs);
     let attrs: TokenStream = attrs.iter().cloned().collect();
     let stmts: TokenStream = stmts.iter().cloned().collect();
+    let (items, stmts) = leading_items(stmts);
     // Hygienic, but located at the return type: rustc's "return type
     // inferred to be … here" then points at the signature, as its
     // "expected … because of return type" does without the attribute.
@@ -615,10 +623,39 @@ fn attempt_block(body: &Group, destructures: &[TokenStream], ret: &syn::Type) ->
     };
     let mut block = Group::new(
         Delimiter::Brace,
-        quote! { #attrs #edge #(#destructures)* #stmts },
+        quote! { #attrs #items #edge #(#destructures)* #stmts },
     );
     block.set_span(body.span());
     block
+}
+
+/// The items a body starts with (`use`, `fn`, `const`…), apart from the
+/// rest of its statements: they go before the expansion's own statement,
+/// where they were, first in the block (review 44: clippy's pedantic
+/// `items_after_statements` fired on them). A body that does not start
+/// with an item, or does not parse as statements, is left as it is.
+fn leading_items(stmts: TokenStream) -> (TokenStream, TokenStream) {
+    let starts_with_item = stmts
+        .clone()
+        .into_iter()
+        .next()
+        .is_some_and(|first| !matches!(&first, TokenTree::Ident(i) if i == "let"));
+    if !starts_with_item {
+        return (TokenStream::new(), stmts);
+    }
+    let Ok(block) = syn::parse2::<syn::Block>(quote!({ #stmts })) else {
+        return (TokenStream::new(), stmts);
+    };
+    let count = block
+        .stmts
+        .iter()
+        .take_while(|stmt| matches!(stmt, syn::Stmt::Item(_)))
+        .count();
+    if count == 0 {
+        return (TokenStream::new(), stmts);
+    }
+    let (items, rest) = block.stmts.split_at(count);
+    (quote!(#(#items)*), quote!(#(#rest)*))
 }
 
 /// The name each attempt's clone of a shared `self` (`self: Arc<Self>`) is

@@ -168,6 +168,40 @@ impl Names {
     }
 }
 
+/// An argument the body leaves unused, named so (review 44: clippy's
+/// `used_underscore_binding` fired at its type, for the copy each attempt
+/// makes), and items before the body's first statement (review 44:
+/// `items_after_statements`, as if after the expansion's own statement).
+#[resilient(retries = 1, idempotent)]
+async fn unused_argument(_unused: u32, n: u32) -> Result<u32, PayError> {
+    use std::fmt::Write as _;
+    const BASE: u32 = 10;
+    fn double(n: u32) -> u32 {
+        n * 2
+    }
+    let mut text = String::new();
+    write!(text, "{n}").map_err(|_| PayError::Declined)?;
+    Ok(double(n) + BASE + u32::try_from(text.len()).unwrap_or(0))
+}
+
+#[resilient(deadline_ms = 100)]
+async fn item_first_once(n: u32) -> Result<u32, PayError> {
+    use std::fmt::Write as _;
+    let mut text = String::new();
+    write!(text, "{n}").map_err(|_| PayError::Declined)?;
+    Ok(n)
+}
+
+#[allow(clippy::unused_async)]
+async fn zero_for(_key: &IdempotencyKey, _unused: u32, _: PayError) -> Result<u32, PayError> {
+    Ok(0)
+}
+
+#[resilient(retries = 2, fallback = zero_for)]
+async fn keyed_unused(_key: &IdempotencyKey, _unused: u32) -> Result<u32, PayError> {
+    Err(PayError::Unavailable)
+}
+
 #[tokio::test]
 async fn one_line_bodies_run() {
     assert_eq!(inner_attribute(4).await.unwrap(), 4);
@@ -197,4 +231,8 @@ async fn annotated_functions_run() {
     assert_eq!(io("ab").await.unwrap(), 2);
     assert_eq!(service.name("!").await.unwrap(), "s!");
     assert_eq!(service.lookup(3).await.unwrap(), 3);
+    assert_eq!(unused_argument(0, 4).await.unwrap(), 19);
+    assert_eq!(item_first_once(4).await.unwrap(), 4);
+    let registry = resilient::Registry::builder().build().unwrap();
+    assert_eq!(registry.scope(keyed_unused(&key, 1)).await.unwrap(), 0);
 }
