@@ -769,6 +769,14 @@ fn rename_self_in(tokens: TokenStream, mut formatting: Option<usize>) -> TokenSt
             {
                 out.push(TokenTree::Group(g));
             }
+            // A visibility, `pub(self)` or `pub(in self::…)`: a path, whose
+            // `self` is the module's (review 44: renamed).
+            TokenTree::Group(g)
+                if g.delimiter() == Delimiter::Parenthesis
+                    && matches!(out.last(), Some(TokenTree::Ident(i)) if i == "pub") =>
+            {
+                out.push(TokenTree::Group(g));
+            }
             // `stringify!(…)`: its tokens are text, and a `self` there
             // reads "self", not the attempt's copy (review 40).
             TokenTree::Group(g)
