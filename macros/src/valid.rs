@@ -119,6 +119,37 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
         ),
         _ => {}
     }
+    // A backoff whose first delay is never shorter than the deadline: no
+    // retry could start before it (a sleep that would end at or after the
+    // deadline is not slept), so `retries` would never act (review 44).
+    if let (true, Some(d)) = (retries > 0, &args.deadline_ms) {
+        let strategy = args.backoff.as_ref().map_or("full_jitter", |b| b.value);
+        let base = args
+            .base_ms
+            .as_ref()
+            .map_or(crate::expand::DEFAULT_BASE_MS, |b| b.value);
+        let shortest = match strategy {
+            "exponential" | "decorrelated_jitter" => base,
+            "equal_jitter" => base / 2,
+            _ => 0,
+        };
+        if shortest >= d.value && d.value > 0 {
+            let (tokens, base_text) = match &args.base_ms {
+                Some(b) => (&b.tokens, format!("`base_ms = {base}`")),
+                None => (
+                    args.backoff.as_ref().map_or(&d.tokens, |b| &b.tokens),
+                    format!("the default `base_ms = {base}`"),
+                ),
+            };
+            errors.push_spanned(
+                tokens,
+                format!(
+                    "`backoff = \"{strategy}\"` waits at least {shortest} ms before the first retry ({base_text}), not less than `deadline_ms = {}`, so no retry could ever start before the deadline; lower `base_ms`, use `backoff = \"full_jitter\"`, or raise `deadline_ms`",
+                    d.value
+                ),
+            );
+        }
+    }
     if retries == 0 {
         for (key, tokens) in [
             ("backoff", args.backoff.as_ref().map(|b| &b.tokens)),
