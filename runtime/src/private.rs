@@ -506,7 +506,8 @@ pub fn fallback<R, F: FallbackFuture<R>>(
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not `resilient::IdempotencyKey`",
     label = "this parameter is named like an idempotency key",
-    note = "only `resilient::IdempotencyKey` (by value, or behind `&`, `Arc`, `Rc` or `Box`) lets a non-`idempotent` function be retried"
+    note = "only `resilient::IdempotencyKey` (by value, or behind `&`, `Arc`, `Rc` or `Box`) lets a non-`idempotent` function be retried",
+    note = "a key type of another library (a provider SDK's) is recognised by its name too: import it under another name (`use sdk::IdempotencyKey as SdkKey;`) if the function also takes `resilient::IdempotencyKey`"
 )]
 pub trait IsIdempotencyKey {}
 impl IsIdempotencyKey for IdempotencyKey {}

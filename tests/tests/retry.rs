@@ -528,3 +528,37 @@ async fn a_retried_call_with_an_error_that_is_not_send_spawns() {
     assert_eq!(answer, Ok(7));
     assert_eq!(FAILS.load(Ordering::SeqCst), 0);
 }
+
+/// A provider SDK's own key type, beside the library's.
+mod sdk {
+    #[derive(Clone, Debug)]
+    pub(crate) struct IdempotencyKey(pub(crate) String);
+}
+
+use sdk::IdempotencyKey as SdkKey;
+
+/// Takes the library's key and, imported under another name as the
+/// compile error advises, an SDK's type also named `IdempotencyKey`.
+#[resilient(retries = 1, base_ms = 1, cap_ms = 1)]
+async fn charge_with_sdk_key(
+    key: &IdempotencyKey,
+    sdk_key: &SdkKey,
+    dep: &Dependency,
+) -> Result<String, TestError> {
+    dep.call().await?;
+    Ok(format!("{}/{}", key.as_str(), sdk_key.0))
+}
+
+/// The rename the key message advises (review 44) compiles, and the
+/// function is retried under the library's key.
+#[tokio::test(start_paused = true)]
+async fn another_librarys_key_type_imported_under_another_name_is_accepted() {
+    let dep = Dependency::failing_with(vec![TestError::Transient]);
+    let key = IdempotencyKey::from_stable_id("k").unwrap();
+    let sdk_key = SdkKey("s".to_owned());
+    assert_eq!(
+        charge_with_sdk_key(&key, &sdk_key, &dep).await.unwrap(),
+        "k/s"
+    );
+    assert_eq!(dep.attempts(), 2);
+}
