@@ -290,10 +290,12 @@ impl Admission<'_> {
     /// caller whenever [`Deps::needs_clock_at_end`]; the parts read it
     /// themselves if they need it otherwise (a breaker after its body
     /// waited, or to open).
+    /// Recorded where the admission lies; its permits are given back when
+    /// it is dropped.
     #[inline]
-    pub(crate) fn finish(self, outcome: Outcome, end: Option<Instant>) {
-        if let Some(permit) = self.breaker {
-            permit.record_at(outcome, end);
+    pub(crate) fn finish(&mut self, outcome: Outcome, end: Option<Instant>) {
+        if let Some(permit) = &mut self.breaker {
+            permit.record_in_place(outcome, end);
         }
         if let Some(t) = &self.deps.throttle {
             t.record(

@@ -702,6 +702,18 @@ impl BreakerPermit<'_> {
     /// the caller read it (else read here if the record needs it).
     #[inline]
     pub(crate) fn record_at(mut self, outcome: Outcome, now: Option<Instant>) {
+        self.record_in_place(outcome, now);
+    }
+
+    /// [`record_at`](Self::record_at) where the permit lies, which its drop
+    /// then leaves alone: the lean path's permit was written field by field
+    /// moments before, and moving it out whole to record it stalled the
+    /// copy's loads on AMD processors.
+    #[inline]
+    pub(crate) fn record_in_place(&mut self, outcome: Outcome, now: Option<Instant>) {
+        if self.done {
+            return;
+        }
         self.done = true;
         let breaker = self.breaker;
         let config = &breaker.config;
@@ -742,12 +754,11 @@ impl BreakerPermit<'_> {
                     }),
             },
         };
-        // Two branches rather than an iterator over the pair, which the
-        // steady path's `[None, None]` paid for (5 instructions).
-        let transitions = breaker.core.record(self.admission, sample, now_ns);
-        if transitions[0].is_some() || transitions[1].is_some() {
-            breaker.announce(transitions, false);
-        }
+        breaker
+            .core
+            .record_then(self.admission, sample, now_ns, |transitions| {
+                breaker.announce(transitions, false);
+            });
     }
 }
 
