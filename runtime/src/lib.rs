@@ -15,6 +15,7 @@ mod frame;
 mod future;
 mod grpc_timeout;
 mod key;
+mod modulo;
 mod outcome;
 mod registry;
 mod report;

@@ -29,6 +29,9 @@ mod sync {
     }
 }
 
+#[path = "../../runtime/src/modulo.rs"]
+mod modulo;
+
 #[path = "../../runtime/src/breaker/core.rs"]
 #[allow(dead_code)]
 mod breaker_core;

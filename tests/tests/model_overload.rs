@@ -12,6 +12,9 @@ mod sync {
     }
 }
 
+#[path = "../../runtime/src/modulo.rs"]
+mod modulo;
+
 #[path = "../../runtime/src/bulkhead/core.rs"]
 #[allow(dead_code)]
 mod bulkhead_core;

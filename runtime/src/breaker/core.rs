@@ -46,6 +46,7 @@
 //!   (The alternative, 64-bit tags, would leave no room in the bucket word
 //!   for the counts that must change in the same compare-and-swap.)
 
+use crate::modulo::Modulo;
 use crate::sync::SHARDS;
 use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -1074,30 +1075,6 @@ impl Window {
     }
 }
 
-/// `x % d` for a fixed `d`, by multiplications: Lemire, Kaser and Kurz,
-/// "Faster remainder by direct computation" (2019), exact for every 32-bit
-/// `x` and `d`.
-#[derive(Debug)]
-struct Modulo {
-    d: u64,
-    m: u64,
-}
-
-impl Modulo {
-    fn new(d: u32) -> Modulo {
-        let d = u64::from(d.max(1));
-        Modulo {
-            d,
-            m: (u64::MAX / d).wrapping_add(1),
-        }
-    }
-
-    fn of(&self, x: u32) -> u32 {
-        let low = self.m.wrapping_mul(u64::from(x));
-        ((u128::from(low) * u128::from(self.d)) >> 64) as u32
-    }
-}
-
 fn percent(part: u64, whole: u64) -> f64 {
     part as f64 * 100.0 / whole as f64
 }
@@ -1653,30 +1630,6 @@ impl Core {
             slow,
             failure_rate: rated.then(|| percent(failed, calls) as f32),
             slow_call_rate: rated.then(|| percent(slow, calls) as f32),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Modulo;
-    use proptest::prelude::*;
-
-    #[test]
-    fn remainder_by_multiplication_is_exact_at_the_edges() {
-        for d in [1, 2, 3, 7, 100, 1_000, 65_536, 999_999, 1_000_000, u32::MAX] {
-            let m = Modulo::new(d);
-            for x in [0, 1, d - 1, d, d.wrapping_add(1), u32::MAX - 1, u32::MAX] {
-                assert_eq!(m.of(x), x % d, "{x} % {d}");
-            }
-        }
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(4_096))]
-        #[test]
-        fn remainder_by_multiplication_equals_the_remainder(d in 1u32.., x: u32) {
-            prop_assert_eq!(Modulo::new(d).of(x), x % d);
         }
     }
 }

@@ -29,6 +29,8 @@ use crate::sync::atomic::{AtomicU64, Ordering};
 
 mod tokens;
 pub(crate) mod window;
+#[cfg(test)]
+mod window_tests;
 
 use tokens::{MILLI, Tokens};
 use window::Window;
