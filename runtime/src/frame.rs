@@ -4,7 +4,7 @@
 //! Every attempt runs its body inside a frame, which also carries the task's
 //! deadline. A frame is task-local: it is put in a thread-local slot for
 //! each poll of its future and taken out again afterwards (as tokio's
-//! `task_local!` does), but the slot is a plain `Copy` value in a `Cell`,
+//! `task_local!` does), but the slot is three `Copy` words in `Cell`s,
 //! which makes entering a frame a few moves instead of a `RefCell` swap of
 //! an `Option` (the success path enters one per attempt). [`with_deadline`](crate::with_deadline)
 //! and [`observe`](crate::observe) open *transparent* frames, which pass
@@ -47,21 +47,26 @@ use tokio::time::Instant;
 
 use crate::RetryBudget;
 
-/// The frame being polled on this thread, if any (`present`).
-///
-/// `repr(C)`, in this order: the layout is fixed rather than the
-/// compiler's. A slot is copied into and out of the thread-local on every
-/// poll of an attempt, and this layout measured 12-14 % less time per call
-/// for calls without parts and 3-5 % with them than the compiler's own
-/// (10 million calls of each annotated function, the two builds
-/// alternated five times, fastest run of each taken), though it runs a
-/// few more instructions. A
-/// tighter `repr(C)` order (deadline first, 40 bytes) measured no better
-/// than the compiler's layout.
+/// The frame being polled on this thread, if any: in three words, each
+/// always written and read whole. A slot is swapped into the thread-local
+/// and out of it on every poll of an attempt, often right after it was
+/// made; a `Cell` of one struct with fields of mixed sizes was copied in
+/// pieces that did not line up with the stores that wrote it, and on AMD
+/// processors such a load waits for the stores to retire (the largest
+/// single cost of a call in `perf`'s samples). Leaving a frame reads back
+/// only its report: nested calls change nothing else.
 #[derive(Debug, Clone, Copy)]
-#[repr(C)]
 struct Slot {
-    present: bool,
+    report: Report,
+    path: Path,
+    /// The task's deadline inside the frame; for an attempt, its own, by
+    /// which nested refusals of it are recognised.
+    deadline: Option<Instant>,
+}
+
+/// A frame as nested calls read it (the slot's parts, unpacked).
+#[derive(Debug, Clone, Copy)]
+struct Fixed {
     /// Inside an attempt of some annotated call (not only a transparent
     /// frame): a graceful shutdown still admits the call.
     in_call: bool,
@@ -71,43 +76,180 @@ struct Slot {
     observed: bool,
     /// Passes everything it collects on to the enclosing frame.
     transparent: bool,
-    /// The task's deadline inside the frame; for an attempt, its own, by
-    /// which nested refusals of it are recognised.
     deadline: Option<Instant>,
-    high: u32,
-    gave_up: u32,
-    timer_refused: bool,
+}
+
+/// The path's attempt cap (low 32 bits) and the frame's base position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Path(u64);
+
+impl Path {
+    #[inline]
+    fn new(cap: u32, base: u32) -> Path {
+        Path(u64::from(cap) | (u64::from(base) << 32))
+    }
+
+    #[inline]
+    fn cap(self) -> u32 {
+        self.0 as u32
+    }
+
+    #[inline]
+    fn base(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+}
+
+/// What nested calls report into a frame, and the frame's flags, in one
+/// word: the furthest position reached (`high`, the low 32 bits), how
+/// many nested calls gave up (24 bits, saturating: only whether any did,
+/// and a transparent frame's count passed on, are used), and eight flags,
+/// one of them whether there is a frame at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Report(u64);
+
+impl Report {
+    const GAVE_UP_SHIFT: u32 = 32;
+    const GAVE_UP_MAX: u64 = (1 << 24) - 1;
+    /// See [`Fixed`]: set when the frame is made, never by a report.
+    const IN_CALL: u64 = 1 << 56;
+    const IN_RETRY: u64 = 1 << 57;
+    const OBSERVED: u64 = 1 << 58;
+    const TRANSPARENT: u64 = 1 << 59;
+    /// There is a frame: the slot is not empty.
+    const PRESENT: u64 = 1 << 60;
+    /// A nested call ended on this frame's own deadline.
+    const TIMER_REFUSED: u64 = 1 << 61;
     /// `BUDGET` holds this frame's budget: a frame without one (most) is
     /// entered and left without touching `BUDGET` at all.
-    has_budget: bool,
+    const HAS_BUDGET: u64 = 1 << 62;
     /// The budget is that of a nested call that failed: a later report of
     /// a call that did not fail does not replace it.
-    budget_failed: bool,
+    const BUDGET_FAILED: u64 = 1 << 63;
+
+    const EMPTY: Report = Report(0);
+
+    #[inline]
+    fn present(self) -> bool {
+        self.has(Self::PRESENT)
+    }
+
+    #[inline]
+    fn high(self) -> u32 {
+        self.0 as u32
+    }
+
+    #[inline]
+    fn with_high(self, high: u32) -> Report {
+        Report((self.0 & !u64::from(u32::MAX)) | u64::from(high))
+    }
+
+    #[inline]
+    fn gave_up(self) -> u32 {
+        ((self.0 >> Self::GAVE_UP_SHIFT) & Self::GAVE_UP_MAX) as u32
+    }
+
+    #[inline]
+    fn one_more_gave_up(self) -> Report {
+        if u64::from(self.gave_up()) < Self::GAVE_UP_MAX {
+            Report(self.0 + (1 << Self::GAVE_UP_SHIFT))
+        } else {
+            self
+        }
+    }
+
+    #[inline]
+    fn has(self, flag: u64) -> bool {
+        self.0 & flag != 0
+    }
+
+    #[inline]
+    fn with(self, flag: u64, on: bool) -> Report {
+        if on {
+            Report(self.0 | flag)
+        } else {
+            Report(self.0 & !flag)
+        }
+    }
 }
 
 impl Slot {
     const EMPTY: Slot = Slot {
-        present: false,
-        in_call: false,
-        cap: 0,
-        base: 0,
-        in_retry: false,
-        observed: false,
-        transparent: false,
+        report: Report::EMPTY,
+        path: Path(0),
         deadline: None,
-        high: 0,
-        gave_up: 0,
-        timer_refused: false,
-        has_budget: false,
-        budget_failed: false,
     };
+
+    /// The slot of a frame that is `fixed`, with nothing reported yet, its
+    /// path at `high`.
+    #[inline(always)]
+    fn new(fixed: Fixed, high: u32) -> Slot {
+        let flags = [
+            (Report::IN_CALL, fixed.in_call),
+            (Report::IN_RETRY, fixed.in_retry),
+            (Report::OBSERVED, fixed.observed),
+            (Report::TRANSPARENT, fixed.transparent),
+        ];
+        let report = flags.into_iter().fold(
+            Report(u64::from(high) | Report::PRESENT),
+            |r, (flag, on)| r.with(flag, on),
+        );
+        Slot {
+            report,
+            path: Path::new(fixed.cap, fixed.base),
+            deadline: fixed.deadline,
+        }
+    }
+
+    #[inline]
+    fn fixed(&self) -> Fixed {
+        Fixed {
+            in_call: self.report.has(Report::IN_CALL),
+            cap: self.path.cap(),
+            base: self.path.base(),
+            in_retry: self.report.has(Report::IN_RETRY),
+            observed: self.report.has(Report::OBSERVED),
+            transparent: self.report.has(Report::TRANSPARENT),
+            deadline: self.deadline,
+        }
+    }
+
+    /// The thread's current slot.
+    #[inline]
+    fn current() -> Slot {
+        Slot {
+            report: REPORT.with(Cell::get),
+            path: PATH.with(Cell::get),
+            deadline: DEADLINE.with(Cell::get),
+        }
+    }
+
+    /// Makes this the thread's current slot, and returns the one it was.
+    #[inline(always)]
+    fn swap_in(self) -> Slot {
+        Slot {
+            report: REPORT.with(|c| c.replace(self.report)),
+            path: PATH.with(|c| c.replace(self.path)),
+            deadline: DEADLINE.with(|c| c.replace(self.deadline)),
+        }
+    }
+
+    /// Makes this the thread's current slot.
+    #[inline(always)]
+    fn set(self) {
+        REPORT.with(|c| c.set(self.report));
+        PATH.with(|c| c.set(self.path));
+        DEADLINE.with(|c| c.set(self.deadline));
+    }
 }
 
 thread_local! {
-    static SLOT: Cell<Slot> = const { Cell::new(Slot::EMPTY) };
+    static REPORT: Cell<Report> = const { Cell::new(Report::EMPTY) };
+    static PATH: Cell<Path> = const { Cell::new(Path(0)) };
+    static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
     /// The budget the current frame collected: kept apart because it is
     /// not `Copy`, and touched only while the current frame has one
-    /// (`Slot::has_budget`).
+    /// (`Report::HAS_BUDGET`).
     static BUDGET: Cell<Option<BudgetRef>> = const { Cell::new(None) };
     /// The budget a failed call with a fallback reports, held from the
     /// engine's end to the expansion's `fallback_served`, in the same poll:
@@ -127,17 +269,21 @@ pub(crate) fn take_held_for_fallback() -> Option<BudgetRef> {
 }
 
 #[inline]
-fn current() -> Slot {
-    SLOT.with(Cell::get)
+fn current() -> Fixed {
+    Slot::current().fixed()
 }
 
-/// Changes the current frame, if there is one.
-fn update(f: impl FnOnce(&mut Slot)) {
-    SLOT.with(|slot| {
-        let mut s = slot.get();
-        if s.present {
-            f(&mut s);
-            slot.set(s);
+/// What the current frame has collected.
+fn current_report() -> Report {
+    REPORT.with(Cell::get)
+}
+
+/// Changes what the current frame collected, if there is a frame.
+fn update(f: impl FnOnce(Report) -> Report) {
+    REPORT.with(|r| {
+        let report = r.get();
+        if report.present() {
+            r.set(f(report));
         }
     });
 }
@@ -186,14 +332,15 @@ impl PathStart {
     /// The path a call starts on: the enclosing frame's, if any.
     #[inline]
     pub(crate) fn current() -> PathStart {
-        let s = current();
+        let slot = Slot::current();
+        let s = slot.fixed();
         PathStart {
             cap: s.cap,
             base: s.base,
             in_retry: s.in_retry,
             observed: s.observed,
             deadline: s.deadline,
-            nested: s.present,
+            nested: slot.report.present(),
             in_call: s.in_call,
         }
     }
@@ -202,12 +349,12 @@ impl PathStart {
 /// Inside work a graceful shutdown counts in flight (an attempt of an
 /// annotated call, [`admitted`](crate::admitted), a call's fallback).
 pub(crate) fn in_call() -> bool {
-    current().in_call
+    REPORT.with(Cell::get).has(Report::IN_CALL)
 }
 
 /// The task's deadline, if a caller set one.
 pub(crate) fn deadline() -> Option<Instant> {
-    current().deadline
+    DEADLINE.with(Cell::get)
 }
 
 /// One frame, outside the thread-local between polls.
@@ -246,62 +393,53 @@ impl Frame {
     };
 
     /// The frame of one attempt, which counts as reaching `base + 1`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn attempt(
         path: &PathStart,
         base: u32,
         in_retry: bool,
         deadline: Option<Instant>,
     ) -> Frame {
+        let fixed = Fixed {
+            in_call: true,
+            cap: path.cap,
+            base,
+            in_retry,
+            observed: path.observed,
+            transparent: false,
+            deadline,
+        };
         Frame {
-            slot: Slot {
-                present: true,
-                in_call: true,
-                cap: path.cap,
-                base,
-                in_retry,
-                observed: path.observed,
-                transparent: false,
-                deadline,
-                high: base.saturating_add(1),
-                gave_up: 0,
-                timer_refused: false,
-                has_budget: false,
-                budget_failed: false,
-            },
+            slot: Slot::new(fixed, base.saturating_add(1)),
             budget: None,
         }
     }
 
     /// Makes this idle frame ([`IDLE`](Self::IDLE)) the frame of a call's
-    /// first attempt, as [`attempt`](Self::attempt) makes one: written in
-    /// place, with no budget of an earlier attempt to drop.
-    #[inline]
-    pub(crate) fn start_first(&mut self, path: &PathStart, deadline: Option<Instant>) {
-        debug_assert!(self.budget.is_none() && !self.slot.present);
-        self.slot = Frame::attempt(path, path.base, path.in_retry, deadline).slot;
+    /// first attempt, as [`attempt`](Self::attempt) makes one, and returns
+    /// it for [`enter_first`](Self::enter_first), which takes it from there
+    /// rather than from the fields just written (a copy of them read back
+    /// so soon may wait for the stores).
+    #[inline(always)]
+    pub(crate) fn start_first(&mut self, path: &PathStart, deadline: Option<Instant>) -> First {
+        debug_assert!(self.budget.is_none() && !self.slot.report.present());
+        let slot = Frame::attempt(path, path.base, path.in_retry, deadline).slot;
+        self.slot = slot;
+        First(slot)
     }
 
     /// A transparent frame inside the current one, with `deadline` as the
     /// task's deadline; `observed` when it starts an [`observe`](crate::observe).
     pub(crate) fn transparent(deadline: Option<Instant>, observed: bool) -> Frame {
         let path = current();
+        let fixed = Fixed {
+            observed: observed || path.observed,
+            transparent: true,
+            deadline,
+            ..path
+        };
         Frame {
-            slot: Slot {
-                present: true,
-                in_call: path.in_call,
-                cap: path.cap,
-                base: path.base,
-                in_retry: path.in_retry,
-                observed: observed || path.observed,
-                transparent: true,
-                deadline,
-                high: path.base,
-                gave_up: 0,
-                timer_refused: false,
-                has_budget: false,
-                budget_failed: false,
-            },
+            slot: Slot::new(fixed, path.base),
             budget: None,
         }
     }
@@ -311,7 +449,7 @@ impl Frame {
     /// part of work in flight.
     pub(crate) fn admitted(deadline: Option<Instant>) -> Frame {
         let mut frame = Frame::transparent(deadline, false);
-        frame.slot.in_call = true;
+        frame.slot.report = frame.slot.report.with(Report::IN_CALL, true);
         frame
     }
 
@@ -319,26 +457,23 @@ impl Frame {
     /// and, for a graceful shutdown, its standing: `in_call` if the task is
     /// work in flight (spawned by an admitted call, or counted on its own).
     pub(crate) fn spawned(deadline: Option<Instant>, in_call: bool) -> Frame {
+        let fixed = Fixed {
+            in_call,
+            cap: 0,
+            base: 0,
+            in_retry: false,
+            observed: false,
+            transparent: false,
+            deadline,
+        };
         Frame {
-            slot: Slot {
-                present: true,
-                in_call,
-                deadline,
-                ..Slot::EMPTY
-            },
+            slot: Slot::new(fixed, 0),
             budget: None,
         }
     }
 
-    fn end(self) -> FrameEnd {
-        FrameEnd {
-            high: self.slot.high,
-            gave_up: self.slot.gave_up,
-            timer_refused: self.slot.timer_refused,
-            budget: self.budget,
-            transparent: self.slot.transparent,
-            deadline: self.slot.deadline,
-        }
+    fn end(mut self) -> FrameEnd {
+        self.take_end()
     }
 
     /// The task's deadline inside the frame: an attempt's own.
@@ -350,7 +485,7 @@ impl Frame {
     /// The furthest position nested calls reached (at least `base + 1`).
     #[inline]
     pub(crate) fn high(&self) -> u32 {
-        self.slot.high
+        self.slot.report.high()
     }
 
     /// The budget the frame collected, taken out of it.
@@ -363,12 +498,13 @@ impl Frame {
     /// taken out of it.
     #[inline]
     pub(crate) fn take_end(&mut self) -> FrameEnd {
+        let report = self.slot.report;
         FrameEnd {
-            high: self.slot.high,
-            gave_up: self.slot.gave_up,
-            timer_refused: self.slot.timer_refused,
+            high: report.high(),
+            gave_up: report.gave_up(),
+            timer_refused: report.has(Report::TIMER_REFUSED),
             budget: self.budget.take(),
-            transparent: self.slot.transparent,
+            transparent: report.has(Report::TRANSPARENT),
             deadline: self.slot.deadline,
         }
     }
@@ -377,7 +513,7 @@ impl Frame {
     /// collected, also if `f` panics.
     #[inline(always)]
     pub(crate) fn enter<R>(&mut self, f: impl FnOnce() -> R) -> R {
-        if self.slot.transparent {
+        if self.slot.report.has(Report::TRANSPARENT) {
             return self.enter_transparent(f);
         }
         self.enter_attempt(f)
@@ -387,20 +523,39 @@ impl Frame {
     /// which the lean path knows it holds: no check on its success path.
     #[inline(always)]
     pub(crate) fn enter_attempt<R>(&mut self, f: impl FnOnce() -> R) -> R {
-        debug_assert!(!self.slot.transparent);
+        let slot = self.slot;
+        self.enter_as(slot, f)
+    }
+
+    /// [`enter_attempt`](Self::enter_attempt) for the first time, as
+    /// [`start_first`](Self::start_first) made the frame.
+    #[inline(always)]
+    pub(crate) fn enter_first<R>(&mut self, first: First, f: impl FnOnce() -> R) -> R {
+        self.enter_as(first.0, f)
+    }
+
+    /// Enters this attempt's frame, whose slot is `slot`.
+    #[inline(always)]
+    fn enter_as<R>(&mut self, slot: Slot, f: impl FnOnce() -> R) -> R {
+        debug_assert!(!slot.report.has(Report::TRANSPARENT));
         struct Restore<'a> {
             frame: &'a mut Frame,
-            outer: &'a Slot,
+            outer: Slot,
             outer_budget: Option<BudgetRef>,
         }
         impl Restore<'_> {
             #[inline(always)]
             fn restore(&mut self) {
-                self.frame.slot = SLOT.with(|s| s.replace(*self.outer));
-                if self.frame.slot.has_budget {
+                // Only the report is read back: nested calls change nothing
+                // else.
+                let report = REPORT.with(|r| r.replace(self.outer.report));
+                PATH.with(|c| c.set(self.outer.path));
+                DEADLINE.with(|c| c.set(self.outer.deadline));
+                self.frame.slot.report = report;
+                if report.has(Report::HAS_BUDGET) {
                     self.frame.budget = BUDGET.try_with(Cell::take).ok().flatten();
                 }
-                if self.outer.has_budget {
+                if self.outer.report.has(Report::HAS_BUDGET) {
                     let outer = self.outer_budget.take();
                     let _ = BUDGET.try_with(|b| b.set(outer));
                 }
@@ -414,9 +569,12 @@ impl Frame {
                 self.restore();
             }
         }
-        self.slot.has_budget = self.budget.is_some();
-        let outer = SLOT.with(|s| s.replace(self.slot));
-        let outer_budget = if outer.has_budget {
+        let slot = Slot {
+            report: slot.report.with(Report::HAS_BUDGET, self.budget.is_some()),
+            ..slot
+        };
+        let outer = slot.swap_in();
+        let outer_budget = if outer.report.has(Report::HAS_BUDGET) {
             BUDGET.try_with(Cell::take).ok().flatten()
         } else {
             None
@@ -426,7 +584,7 @@ impl Frame {
         }
         let mut restore = Restore {
             frame: self,
-            outer: &outer,
+            outer,
             outer_budget,
         };
         let out = f();
@@ -451,58 +609,73 @@ impl Frame {
         }
         impl Drop for Restore<'_> {
             fn drop(&mut self) {
-                let inner = SLOT.with(Cell::get);
+                let inner = REPORT.with(Cell::get);
                 let mut outer = self.outer;
-                if outer.present {
-                    outer.has_budget = inner.has_budget;
-                    outer.budget_failed = inner.budget_failed;
-                } else if inner.has_budget {
+                if outer.report.present() {
+                    outer.report = outer
+                        .report
+                        .with(Report::HAS_BUDGET, inner.has(Report::HAS_BUDGET))
+                        .with(Report::BUDGET_FAILED, inner.has(Report::BUDGET_FAILED));
+                } else if inner.has(Report::HAS_BUDGET) {
                     // No frame encloses this one: what was reported inside
                     // has no attempt to go to.
                     let _ = BUDGET.try_with(Cell::take);
                 }
-                SLOT.with(|s| s.set(outer));
-                self.frame.slot = inner;
+                outer.set();
+                self.frame.slot.report = inner;
             }
         }
-        let outer = current();
-        self.slot.has_budget = outer.present && outer.has_budget;
-        self.slot.budget_failed = outer.present && outer.budget_failed;
-        SLOT.with(|s| s.set(self.slot));
+        let outer = Slot::current();
+        let shared = outer.report.present();
+        self.slot.report = self
+            .slot
+            .report
+            .with(
+                Report::HAS_BUDGET,
+                shared && outer.report.has(Report::HAS_BUDGET),
+            )
+            .with(
+                Report::BUDGET_FAILED,
+                shared && outer.report.has(Report::BUDGET_FAILED),
+            );
+        self.slot.set();
         let _restore = Restore { frame: self, outer };
         f()
     }
 }
 
+/// A call's first attempt's frame, from [`Frame::start_first`] to
+/// [`Frame::enter_first`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct First(Slot);
+
 /// Reports to the enclosing frame, if any, that this path reached `position`.
 pub(crate) fn reach(position: u32) {
-    update(|s| s.high = s.high.max(position));
+    update(|r| r.with_high(r.high().max(position)));
 }
 
 /// Reports to the enclosing frame that a nested call gave up.
 pub(crate) fn report_give_up() {
-    update(|s| s.gave_up = s.gave_up.saturating_add(1));
+    update(Report::one_more_gave_up);
 }
 
 /// Reports that a nested call ended because `deadline`, which it
 /// inherited, passed. Only the frame whose attempt set that very deadline
 /// takes it as its own timer.
 pub(crate) fn report_deadline(deadline: Option<Instant>) {
-    update(|s| {
-        if deadline.is_some() && s.deadline == deadline {
-            s.timer_refused = true;
-        }
-    });
+    if deadline.is_some() && DEADLINE.with(Cell::get) == deadline {
+        update(|r| r.with(Report::TIMER_REFUSED, true));
+    }
 }
 
 /// Reports the retry budget nearest the dependency: deeper calls report
 /// later, so the last report wins, unless a nested call that failed
 /// reported its own ([`report_failed_budget`]).
 pub(crate) fn report_budget(budget: Option<BudgetRef>) {
-    let slot = current();
-    if budget.is_some() && slot.present && !slot.budget_failed {
+    let report = current_report();
+    if budget.is_some() && report.present() && !report.has(Report::BUDGET_FAILED) {
         let _ = BUDGET.try_with(|b| b.set(budget));
-        update(|s| s.has_budget = true);
+        update(|r| r.with(Report::HAS_BUDGET, true));
     }
 }
 
@@ -511,11 +684,11 @@ pub(crate) fn report_budget(budget: Option<BudgetRef>) {
 /// report later (siblings that succeed, or are dropped), until another
 /// nested call fails.
 pub(crate) fn report_failed_budget(budget: Option<BudgetRef>) {
-    if budget.is_some() && current().present {
+    if budget.is_some() && current_report().present() {
         let _ = BUDGET.try_with(|b| b.set(budget));
-        update(|s| {
-            s.has_budget = true;
-            s.budget_failed = true;
+        update(|r| {
+            r.with(Report::HAS_BUDGET, true)
+                .with(Report::BUDGET_FAILED, true)
         });
     }
 }

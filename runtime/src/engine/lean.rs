@@ -412,6 +412,8 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         let policy = *this.policy;
+        // The first attempt's frame as it is entered, on the first poll.
+        let mut first = None;
         if this.start.is_none() {
             if this.parts.is_none() {
                 panic!("a `#[resilient]` call polled after it completed");
@@ -460,7 +462,7 @@ where
             let timeout_at = start.start.and_then(|at| at.checked_add(policy.timeout?));
             let deadline = earliest(start.deadline, timeout_at);
             let path = &start.path;
-            this.frame.start_first(path, deadline);
+            first = Some(this.frame.start_first(path, deadline));
             let Some((_, make)) = this.parts.as_mut() else {
                 unreachable!("checked above");
             };
@@ -482,12 +484,14 @@ where
             #[cfg(not(feature = "tracing"))]
             let _ = span;
             let mut body = this.body.as_mut();
-            let polled = this
-                .frame
-                .enter_attempt(|| match body.as_mut().as_pin_mut() {
-                    Some(body) => body.poll(cx),
-                    None => unreachable!("the body runs while the call has begun"),
-                });
+            let poll_body = || match body.as_mut().as_pin_mut() {
+                Some(body) => body.poll(cx),
+                None => unreachable!("the body runs while the call has begun"),
+            };
+            let polled = match first {
+                Some(first) => this.frame.enter_first(first, poll_body),
+                None => this.frame.enter_attempt(poll_body),
+            };
             match polled {
                 Poll::Ready(out) => Ok(out),
                 Poll::Pending => {
