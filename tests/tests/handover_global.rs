@@ -135,6 +135,8 @@ fn parts() -> resilient::RegistryBuilder {
                 .max_wait(Duration::from_secs(10)),
         )
         .breaker("g-wait-drop", one_failure_opens())
+        .breaker("g-panic", one_failure_opens())
+        .bulkhead("g-panic", BulkheadConfig::default().max_concurrent(1))
 }
 
 async fn on_global_registry() {
@@ -518,4 +520,62 @@ async fn global_retry_dropped_while_waiting_for_a_slot() {
     assert_eq!(counts("g-rwait"), (1, 0, 0, 0, 100));
     let b = Registry::global().bulkhead("g-rwait").unwrap().snapshot();
     assert_eq!(b.in_flight, 0);
+}
+
+#[resilient(breaker = "g-panic", bulkhead = "g-panic")]
+async fn guarded(dep: &Dep) -> Result<u32, E> {
+    dep.call().await
+}
+
+/// A `tracing` layer that panics when a breaker's closing is logged.
+struct PanicOnClose;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for PanicOnClose {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        struct To(bool);
+        impl tracing::field::Visit for To {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "to" && format!("{value:?}") == "closed" {
+                    self.0 = true;
+                }
+            }
+        }
+        let mut to = To(false);
+        event.record(&mut to);
+        assert!(!to.0, "the subscriber panics on the breaker's closing");
+    }
+}
+
+/// A subscriber that panics while a half-open probe's success closes the
+/// breaker, on the lean path (the admission is recorded in place there):
+/// the bulkhead slot goes back as the panic unwinds out of the annotated
+/// function, whose `async fn` drops the engine's future on the way, not
+/// only when the caller drops the panicked future (review of this stop).
+#[tokio::test(start_paused = true)]
+async fn global_panic_while_a_probe_closes_gives_the_slot_back() {
+    use std::panic::{AssertUnwindSafe, catch_unwind};
+    use tracing_subscriber::layer::SubscriberExt;
+
+    on_global_registry().await;
+    let registry = Registry::global();
+    let breaker = registry.breaker("g-panic").unwrap();
+    let _ = guarded(&Dep::new(vec![Step::Fail])).await;
+    assert_eq!(breaker.state(), State::Open);
+    advance(Duration::from_secs(61)).await;
+    let dep = Dep::new(vec![Step::Ok]);
+    let mut call = Box::pin(guarded(&dep));
+    let subscriber = tracing_subscriber::registry().with(PanicOnClose);
+    let polled = tracing::subscriber::with_default(subscriber, || {
+        catch_unwind(AssertUnwindSafe(|| {
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            call.as_mut().poll(&mut cx)
+        }))
+    });
+    assert!(polled.is_err(), "the subscriber panicked");
+    assert_eq!(dep.calls(), 1);
+    assert_eq!(breaker.state(), State::Closed);
+    // The panicked call is still held here, and its slot is free.
+    assert_eq!(registry.bulkhead("g-panic").unwrap().in_flight(), 0);
+    assert_eq!(guarded(&Dep::new(vec![Step::Ok])).await.unwrap(), 1);
+    drop(call);
 }
