@@ -289,9 +289,8 @@ impl Admission<'_> {
     /// Records the attempt's outcome. `end`: tokio's time, read by the
     /// caller whenever [`Deps::needs_clock_at_end`]; the parts read it
     /// themselves if they need it otherwise (a breaker after its body
-    /// waited, or to open).
-    /// Recorded where the admission lies; its permits are given back when
-    /// it is dropped.
+    /// waited, or to open). Recorded where the admission lies; its permits
+    /// are given back when it is dropped.
     #[inline]
     pub(crate) fn finish(&mut self, outcome: Outcome, end: Option<Instant>) {
         if let Some(permit) = &mut self.breaker {

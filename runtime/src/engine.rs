@@ -848,8 +848,8 @@ impl<C> Call<C> {
     }
 }
 
-/// Records an attempt's outcome inside the call's span, so that a breaker
-/// transition it causes is logged as part of the call.
+/// [`record_in`] for an admission the caller owns, dropped (its permits
+/// given back) once recorded.
 #[inline]
 fn finish_in(
     span: &CallSpan,
@@ -860,8 +860,10 @@ fn finish_in(
     record_in(span, &mut admission, outcome, end);
 }
 
-/// Records the outcome in the admission's parts where the admission lies,
-/// which its drop then gives back.
+/// Records an attempt's outcome in the admission's parts, where the
+/// admission lies (its drop gives the permits back), inside the call's
+/// span, so that a breaker transition it causes is logged as part of the
+/// call.
 #[inline]
 #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
 fn record_in(

@@ -184,16 +184,11 @@ impl Slot {
     /// path at `high`.
     #[inline(always)]
     fn new(fixed: Fixed, high: u32) -> Slot {
-        let flags = [
-            (Report::IN_CALL, fixed.in_call),
-            (Report::IN_RETRY, fixed.in_retry),
-            (Report::OBSERVED, fixed.observed),
-            (Report::TRANSPARENT, fixed.transparent),
-        ];
-        let report = flags.into_iter().fold(
-            Report(u64::from(high) | Report::PRESENT),
-            |r, (flag, on)| r.with(flag, on),
-        );
+        let report = Report(u64::from(high) | Report::PRESENT)
+            .with(Report::IN_CALL, fixed.in_call)
+            .with(Report::IN_RETRY, fixed.in_retry)
+            .with(Report::OBSERVED, fixed.observed)
+            .with(Report::TRANSPARENT, fixed.transparent);
         Slot {
             report,
             path: Path::new(fixed.cap, fixed.base),
@@ -349,7 +344,7 @@ impl PathStart {
 /// Inside work a graceful shutdown counts in flight (an attempt of an
 /// annotated call, [`admitted`](crate::admitted), a call's fallback).
 pub(crate) fn in_call() -> bool {
-    REPORT.with(Cell::get).has(Report::IN_CALL)
+    current_report().has(Report::IN_CALL)
 }
 
 /// The task's deadline, if a caller set one.
