@@ -325,7 +325,7 @@ impl Start {
     ) -> Result<Option<InFlight>, E> {
         // A call nested in an admitted one is part of the work in flight: a
         // draining shutdown admits it.
-        let in_flight = match shutdown::admit(path.in_call) {
+        let in_flight = match shutdown::admit(path.in_call()) {
             Ok(in_flight) => in_flight,
             Err(error) => return Err(refused(policy, path, span, error, refuse, true, None)),
         };
@@ -527,7 +527,7 @@ impl<C> Call<C> {
         // when refused locally, not again when an enclosing layer retries
         // it, and not at all when no layer on its path can retry (the
         // budget only ever pays for retries of requests that may have one).
-        if number == 1 && !self.path.in_retry && self.path.cap > 1 {
+        if number == 1 && !self.path.in_retry() && self.path.cap > 1 {
             self.deps.on_request(body_start.or(now));
         }
         // The attempt's timeout runs from when its body starts, after any
@@ -539,7 +539,7 @@ impl<C> Call<C> {
         let frame = Frame::attempt(
             &self.path,
             base,
-            self.path.in_retry || number > 1,
+            self.path.in_retry() || number > 1,
             attempt_deadline,
         );
         let attempt_began = telemetry::began(body_start.or(now));
@@ -549,7 +549,7 @@ impl<C> Call<C> {
         let cut = CutAttempt {
             policy: self.policy,
             number,
-            observed: self.path.observed,
+            observed: self.path.observed(),
             began: attempt_began,
         };
         let result = Bounded::new(attempt_deadline, frame, span, &mut admission, make()).await;
@@ -612,7 +612,7 @@ impl<C> Call<C> {
                 let cut = CutAttempt {
                     policy: self.policy,
                     number,
-                    observed: self.path.observed,
+                    observed: self.path.observed(),
                     began: attempt_began,
                 };
                 let verdict: Verdict = (self.classify)(&error).into();
@@ -692,7 +692,7 @@ impl<C> Call<C> {
                     self.give_up(error)
                 } else {
                     // The enclosing attempt's timer: that layer handles it.
-                    if self.path.nested {
+                    if self.path.nested() {
                         frame::report_deadline(self.deadline);
                     }
                     error
@@ -706,10 +706,10 @@ impl<C> Call<C> {
     /// not retry (unless a fallback answers it).
     fn give_up<E>(&self, error: E) -> E {
         if !self.policy.fallback {
-            if self.path.nested {
+            if self.path.nested() {
                 frame::report_give_up();
             }
-            if self.path.observed {
+            if self.path.observed() {
                 report::record_give_up();
             }
         }
@@ -720,14 +720,14 @@ impl<C> Call<C> {
     /// from a call with a fallback: the attempts reached the dependency,
     /// whatever the fallback answers.
     fn reach(&self, position: u32) {
-        if self.path.nested {
+        if self.path.nested() {
             frame::reach(position);
         }
     }
 
     /// Tells the enclosing attempt the budget nearest the dependency.
     fn report_budget(&self, budget: Option<&BudgetRef>) {
-        if self.path.nested {
+        if self.path.nested() {
             frame::report_budget(budget.cloned());
         }
     }
@@ -740,7 +740,7 @@ impl<C> Call<C> {
     /// expansion, which reports it once the fallback has answered
     /// (`__private::fallback_ended`).
     fn report_failed_budget(&self, nested: Option<BudgetRef>) {
-        let budget = if self.path.nested {
+        let budget = if self.path.nested() {
             nested.or_else(|| self.deps.budget())
         } else {
             None
@@ -754,7 +754,7 @@ impl<C> Call<C> {
 
     /// Records an attempt in the report, when the call is observed.
     fn record(&self, number: u32, outcome: AttemptOutcome, may_have_taken_effect: bool) {
-        if self.path.observed {
+        if self.path.observed() {
             report::record(self.policy.function, number, outcome, may_have_taken_effect);
         }
     }
@@ -940,7 +940,7 @@ fn refused<E>(
     final_for_task: bool,
     inherited_deadline: Option<Instant>,
 ) -> E {
-    if path.observed {
+    if path.observed() {
         report::record(
             policy.function,
             1,
@@ -950,14 +950,14 @@ fn refused<E>(
     }
     telemetry::refused_before_start(policy, span, &error);
     if inherited_deadline.is_some() {
-        if path.nested {
+        if path.nested() {
             frame::report_deadline(inherited_deadline);
         }
     } else if final_for_task && !policy.fallback {
-        if path.nested {
+        if path.nested() {
             frame::report_give_up();
         }
-        if path.observed {
+        if path.observed() {
             report::record_give_up();
         }
     }

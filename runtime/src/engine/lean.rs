@@ -314,14 +314,23 @@ where
     R: ReturnsResult,
     A: Held,
 {
-    if *this.making && this.start.as_ref().is_some_and(|start| start.path.observed) {
+    if *this.making
+        && this
+            .start
+            .as_ref()
+            .is_some_and(|start| start.path.observed())
+    {
         report::record(this.policy.function, 1, AttemptOutcome::Cancelled, true);
     }
     if this.body.is_some() {
         let mut body = this.body;
         this.frame.enter_attempt(|| body.set(None));
         frame::forward(&this.frame.take_end());
-        if this.start.as_ref().is_some_and(|start| start.path.observed) {
+        if this
+            .start
+            .as_ref()
+            .is_some_and(|start| start.path.observed())
+        {
             report::record(this.policy.function, 1, AttemptOutcome::Cancelled, true);
         }
         // The admission (bulkhead slot, half-open probe) goes back now,
@@ -547,10 +556,10 @@ where
                     }
                 }
                 let path = &start.path;
-                if path.observed {
+                if path.observed() {
                     report::record(policy.function, 1, AttemptOutcome::Succeeded, false);
                 }
-                if path.nested {
+                if path.nested() {
                     // What the attempt's frame collected, read from its
                     // place: a success needs only these two.
                     frame::reach(path.base.max(this.frame.high()));
@@ -662,10 +671,10 @@ where
     let at = begun.start;
     // A request earns retry budget once, and only if some layer on its
     // path may retry it.
-    let earns = !begun.path.in_retry && begun.path.cap > 1;
+    let earns = !begun.path.in_retry() && begun.path.cap > 1;
     // Enclosing layers ask the budget nearest the dependency before they
     // retry, whichever layer it belongs to.
-    if begun.path.nested {
+    if begun.path.nested() {
         frame::report_budget(deps.budget_ref().map(BudgetRef::Static));
     }
     // The call is over here, or goes on in the `async` engine.
@@ -735,7 +744,7 @@ where
     let (Some(span), Some(parts), Some(begun)) = (span.take(), parts.take(), start.take()) else {
         unreachable!("the call has begun");
     };
-    if begun.path.nested {
+    if begun.path.nested() {
         frame::report_budget(deps.budget());
     }
     hand_over(policy, how, begun, span, parts, deps, First::NotBegun)
