@@ -233,7 +233,15 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
         FnArg::Typed(t) => binds_nothing(&t.pat),
         FnArg::Receiver(_) => false,
     };
-    let always_keyed = key_params.iter().any(|i| !conditional(i) && !unnamed(i));
+    // A key whose every name starts with `_` (`_key`) is marked unused:
+    // the function says it does not send it (review 44).
+    let marked_unused = |i: &usize| match &sig.inputs[*i] {
+        FnArg::Typed(t) => underscored_name(&t.pat),
+        FnArg::Receiver(_) => None,
+    };
+    let always_keyed = key_params
+        .iter()
+        .any(|i| !conditional(i) && !unnamed(i) && marked_unused(i).is_none());
     let unsafe_retries = args
         .retries
         .as_ref()
@@ -249,6 +257,15 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
                         FnArg::Typed(t) => pretty(&t.ty),
                         FnArg::Receiver(_) => unreachable!("a key is a typed parameter"),
                     }
+                ),
+            ),
+            Some(&i) if !conditional(&i) && marked_unused(&i).is_some() => errors.push_spanned(
+                &sig.inputs[i],
+                format!(
+                    "`{}` may not be retried with this idempotency key: its name `{}` starts with `_`, which marks it unused, so the body does not send it and the server could not recognise a retry as a repeat; name it without the underscore (`{}`) and send it with the request, or add `idempotent` if running the function twice is harmless",
+                    sig.ident,
+                    marked_unused(&i).unwrap_or_default(),
+                    marked_unused(&i).unwrap_or_default().trim_start_matches('_'),
                 ),
             ),
             Some(&i) => errors.push_spanned(
@@ -327,6 +344,33 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
         copies_receiver,
         key_params,
     })
+}
+
+/// The first name a pattern binds, if it binds some and every one starts
+/// with `_` (`_key`, `Key { id: _id }`): the way Rust marks a value unused.
+fn underscored_name(pat: &Pat) -> Option<String> {
+    fn names(pat: &Pat, out: &mut Vec<String>) {
+        match pat {
+            Pat::Ident(i) => {
+                out.push(i.ident.to_string());
+                if let Some((_, sub)) = &i.subpat {
+                    names(sub, out);
+                }
+            }
+            Pat::Paren(p) => names(&p.pat, out),
+            Pat::Reference(r) => names(&r.pat, out),
+            Pat::Tuple(t) => t.elems.iter().for_each(|p| names(p, out)),
+            Pat::TupleStruct(t) => t.elems.iter().for_each(|p| names(p, out)),
+            Pat::Slice(s) => s.elems.iter().for_each(|p| names(p, out)),
+            Pat::Struct(s) => s.fields.iter().for_each(|f| names(&f.pat, out)),
+            Pat::Type(t) => names(&t.pat, out),
+            _ => {}
+        }
+    }
+    let mut all = Vec::new();
+    names(pat, &mut all);
+    let first = all.first()?.clone();
+    all.iter().all(|n| n.starts_with('_')).then_some(first)
 }
 
 /// A pattern that gives the body no name for any part of the value: `_`,

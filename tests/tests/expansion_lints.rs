@@ -197,7 +197,9 @@ async fn zero_for(_key: &IdempotencyKey, _unused: u32, _: PayError) -> Result<u3
     Ok(0)
 }
 
-#[resilient(retries = 2, fallback = zero_for)]
+// `idempotent`: a retried function that takes its key as `_key` (marked
+// unused, so never sent) is refused; one marked `idempotent` may.
+#[resilient(retries = 2, idempotent, fallback = zero_for)]
 async fn keyed_unused(_key: &IdempotencyKey, _unused: u32) -> Result<u32, PayError> {
     Err(PayError::Unavailable)
 }
