@@ -63,7 +63,18 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
         span = Span::mixed_site().located_at(import_span)
     )
     .into();
-    let import = quote_spanned!(import_span=> use #crate_path as #krate;);
+    // The crate's `__private` module, where every generated path goes: a
+    // `crate = "…"` naming a crate that is there but is not this one
+    // (`crate = "tokio"`) is also one error, at the import (review 44: four
+    // errors about `__private`).
+    let root = format_ident!(
+        "__resilient_crate",
+        span = Span::mixed_site().located_at(import_span)
+    );
+    let import = quote_spanned! {import_span=>
+        use #crate_path as #root;
+        use #root::__private as #krate;
+    };
     let Func {
         attrs,
         vis,
@@ -110,7 +121,7 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
                         let source = syn::Ident::new("self", r.self_token.span.located_at(ty_span));
                         rebinds.push(quote_spanned! {ty_span=>
                             #[allow(clippy::used_underscore_binding)]
-                            let #mutability #copy = #krate_at_ty::__private::ReusableArgument::reuse(&#source);
+                            let #mutability #copy = #krate_at_ty::ReusableArgument::reuse(&#source);
                         });
                     }
                     continue;
@@ -173,7 +184,7 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
                         #(#cfgs)*
                         #(#lints)*
                         #[allow(clippy::used_underscore_binding)]
-                        let #mutability #ident = #krate_at_ty::__private::ReusableArgument::reuse(&#source);
+                        let #mutability #ident = #krate_at_ty::ReusableArgument::reuse(&#source);
                     });
                     ident.clone()
                 }
@@ -201,7 +212,7 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
                         rebinds.push(quote_spanned! {ty_span=>
                             #(#cfgs)*
                             #[allow(unused_mut)]
-                            let mut #copy = #krate_at_ty::__private::ReusableArgument::reuse(&#name);
+                            let mut #copy = #krate_at_ty::ReusableArgument::reuse(&#name);
                         });
                         destructures.push(quote! { #(#cfgs)* #(#lints)* let #original = #copy; });
                     }
@@ -215,7 +226,7 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
                 checks.push(quote_spanned! {ty_span=>
                     #(#cfgs)*
                     #[allow(clippy::used_underscore_binding)]
-                    let () = #krate_at_ty::__private::idempotency_key(&#source);
+                    let () = #krate_at_ty::idempotency_key(&#source);
                 });
             }
         }
@@ -246,22 +257,19 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
         tokens.extend(respan(&after, ret_last));
         tokens
     };
-    let engine_ret = over_ret(quote!(#krate::__private::ResultOf<), quote!(>));
+    let engine_ret = over_ret(quote!(#krate::ResultOf<), quote!(>));
     // The engine, named with its `Result` over the return type too: the
     // signature is instantiated there.
     let engine = |name: &str| {
         let name = format_ident!("{}", name);
-        let mut path = opened_at(&quote!(#krate::__private::#name::<), ret_span, ret_last);
+        let mut path = opened_at(&quote!(#krate::#name::<), ret_span, ret_last);
         path.extend(engine_ret.clone());
         path.extend(respan(&quote!(, _, _, _, _>), ret_last));
         path
     };
     let qualified = |item: &str| {
         let item = format_ident!("{}", item);
-        over_ret(
-            quote!(<),
-            quote!(as #krate::__private::ReturnsResult>::#item),
-        )
+        over_ret(quote!(<), quote!(as #krate::ReturnsResult>::#item))
     };
     let output = format_ident!("__resilient_output", span = Span::mixed_site());
     // Each attempt's output into a `Result`: a closure, not the function
@@ -275,10 +283,10 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
     };
     let from_result = qualified("from_result");
     let new_probe = over_ret(
-        quote!(#krate::__private::DisplayProbe::<<),
-        quote!(as #krate::__private::ReturnsResult>::Error>::new),
+        quote!(#krate::DisplayProbe::<<),
+        quote!(as #krate::ReturnsResult>::Error>::new),
     );
-    let refusal_into = over_ret(quote!(#krate::__private::refusal_into::<), quote!(>));
+    let refusal_into = over_ret(quote!(#krate::refusal_into::<), quote!(>));
 
     // Each attempt's future: the body, in an `async move` block that knows
     // the declared return type before it reads the body (see `attempt_block`).
@@ -312,26 +320,26 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
                 .last()
                 .map_or(first, |t| t.span());
             let failure = format_ident!("__resilient_failure", span = last);
-            let check = opened_at(&quote!(#krate::__private::classification), first, last);
+            let check = opened_at(&quote!(#krate::classification), first, last);
             let call = quote_spanned!(last=> #path(#failure));
             // What the error's own `Classify` impl, if it has one, says
             // besides: whether the failure may have taken effect, and
             // whether it is a refusal (found as for `None` below).
             let effect = format_ident!("__resilient_effect", span = Span::mixed_site());
             let new_classify_probe = over_ret(
-                quote!(#krate::__private::ClassifyProbe::<<),
-                quote!(as #krate::__private::ReturnsResult>::Error>::new),
+                quote!(#krate::ClassifyProbe::<<),
+                quote!(as #krate::ReturnsResult>::Error>::new),
             );
             let define = quote_spanned! {ret_span=>
                 let #effect = {
                     #[allow(unused_imports)]
-                    use #krate_at_ret::__private::{ViaClassify as _, ViaUnclassified as _};
+                    use #krate_at_ret::{ViaClassify as _, ViaUnclassified as _};
                     #[allow(clippy::needless_borrow)]
                     let #effect = (&#new_classify_probe()).__resilient_effect();
                     #effect
                 };
             };
-            let classifier = quote_spanned!(first=> move |#failure| #krate::__private::with_effect(#check(#call), #effect(#failure)));
+            let classifier = quote_spanned!(first=> move |#failure| #krate::with_effect(#check(#call), #effect(#failure)));
             (classifier, define)
         }
         // A closure, not the function itself: the engine's future names the
@@ -346,7 +354,7 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
             let failure = format_ident!("__resilient_failure", span = ret_span);
             let define = quote_spanned! {ret_span=>
                 #[allow(clippy::redundant_closure)]
-                let #classify_ident = |#failure: &_| #krate_at_ret::__private::classify_by_trait(#failure);
+                let #classify_ident = |#failure: &_| #krate_at_ret::classify_by_trait(#failure);
             };
             (classify_ident.to_token_stream(), define)
         }
@@ -363,12 +371,12 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
         None => {
             let probe = format_ident!("__resilient_classifier", span = Span::mixed_site());
             let new_classify_probe = over_ret(
-                quote!(#krate::__private::ClassifyProbe::<<),
-                quote!(as #krate::__private::ReturnsResult>::Error>::new),
+                quote!(#krate::ClassifyProbe::<<),
+                quote!(as #krate::ReturnsResult>::Error>::new),
             );
             let classifier = quote_spanned! {ret_span=> {
                 #[allow(unused_imports)]
-                use #krate_at_ret::__private::{ViaClassify as _, ViaUnclassified as _};
+                use #krate_at_ret::{ViaClassify as _, ViaUnclassified as _};
                 #[allow(clippy::needless_borrow)]
                 let #probe = (&#new_classify_probe()).__resilient_classifier();
                 #probe
@@ -379,7 +387,7 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
 
     let name = sig.ident.to_string();
     let mut policy = quote! {
-        #krate::__private::Policy::new(::core::concat!(::core::module_path!(), "::", #name))
+        #krate::Policy::new(::core::concat!(::core::module_path!(), "::", #name))
     };
     if retries > 0 {
         policy.extend(quote!(.retries(#retries)));
@@ -390,7 +398,7 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
         let base = args.base_ms.as_ref().map_or(DEFAULT_BASE_MS, |b| b.value);
         let cap = args.cap_ms.as_ref().map_or(DEFAULT_CAP_MS, |c| c.value);
         policy.extend(quote! {
-            .backoff(#krate::__private::Backoff::#strategy(
+            .backoff(#krate::Backoff::#strategy(
                 ::core::time::Duration::from_millis(#base),
                 ::core::time::Duration::from_millis(#cap),
             ))
@@ -432,7 +440,7 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
         let [breaker, budget, bulkhead] = names;
         let line = quote_spanned!(sig.ident.span()=> ::core::line!());
         quote! {
-            #krate::__resilient_site!(#krate::__private::Site::new(
+            #krate::__resilient_site!(#krate::Site::new(
                 ::core::concat!(::core::module_path!(), "::", #name),
                 ::core::file!(),
                 #line,
@@ -453,7 +461,7 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
         let probe = format_ident!("__resilient_describe", span = Span::mixed_site());
         quote_spanned! {ret_span=> {
             #[allow(unused_imports)]
-            use #krate_at_ret::__private::{ViaDisplay as _, ViaTypeName as _};
+            use #krate_at_ret::{ViaDisplay as _, ViaTypeName as _};
             #[allow(clippy::needless_borrow)]
             let #probe = (&#new_probe()).__resilient_describer();
             #probe
@@ -490,7 +498,7 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
             #retry_engine(&#policy_ident, #classifier, #refusal_into(), #describe, #capture || {
                 #(#rebinds)*
                 #define_into_result
-                #krate_at_ret::__private::as_result(async move #attempt, #into)
+                #krate_at_ret::as_result(async move #attempt, #into)
             })
         };
         match &args.fallback {
@@ -508,11 +516,11 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
                     .next()
                     .map_or(ret_span, |t| t.span());
                 let krate_at_fallback = respan(&krate, fallback_span);
-                let final_error = over_ret(quote!(#krate::__private::final_error::<), quote!(>));
+                let final_error = over_ret(quote!(#krate::final_error::<), quote!(>));
                 let final_error = quote_spanned!(ret_last=> #final_error(#error));
                 let in_flight = format_ident!("__resilient_in_flight", span = Span::mixed_site());
                 let call_fallback = quote_spanned! {fallback_span=>
-                    #krate_at_fallback::__private::fallback::<#ret, _>(&#in_flight, #path(#(#call_args,)* #final_error)).await
+                    #krate_at_fallback::fallback::<#ret, _>(&#in_flight, #path(#(#call_args,)* #final_error)).await
                 };
                 let held = format_ident!("__resilient_held", span = Span::mixed_site());
                 let answer = format_ident!("__resilient_answer", span = Span::mixed_site());
@@ -526,17 +534,17 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
                 // not `Send` made the future not `Send`).
                 quote_spanned! {ret_span=>
                     async {
-                        let #in_flight = #krate::__private::fallback_hold();
+                        let #in_flight = #krate::fallback_hold();
                         let #error = match #engine.await {
                             ::core::result::Result::Ok(#value) => {
                                 return #from_result(::core::result::Result::Ok(#value));
                             }
                             ::core::result::Result::Err(#error) => #error,
                         };
-                        let #held = #krate::__private::fallback_served(&#policy_ident, &#in_flight);
+                        let #held = #krate::fallback_served(&#policy_ident, &#in_flight);
                         #[allow(clippy::used_underscore_binding)]
                         let #answer = #call_fallback;
-                        #krate::__private::fallback_ended(#held, #is_failure(&#answer));
+                        #krate::fallback_ended(#held, #is_failure(&#answer));
                         #answer
                     }.await
                 }
@@ -546,7 +554,7 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
         quote_spanned! {ret_span=>
             #from_result(#once_engine(&#policy_ident, #classifier, #refusal_into(), #describe, move || {
                 #define_into_result
-                #krate_at_ret::__private::as_result(async move #attempt, #into)
+                #krate_at_ret::as_result(async move #attempt, #into)
             }).await)
         }
     };
@@ -556,7 +564,7 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
             #import
             #(#checks)*
             #site
-            static #policy_ident: #krate::__private::Policy = #policy;
+            static #policy_ident: #krate::Policy = #policy;
             #define_classifier
             #call
         },

@@ -18,6 +18,10 @@ use crate::{Classification, Classify, Error, IdempotencyKey};
 #[cfg(feature = "linkme")]
 pub use crate::registry::SITES;
 pub use crate::registry::Site;
+// The expansion reaches everything through this module (imported once,
+// under a local name), the site macro too: a `crate = "…"` naming another
+// crate is then one failed import, not an error at each generated path.
+pub use crate::__resilient_site;
 #[cfg(feature = "linkme")]
 pub use linkme;
 
