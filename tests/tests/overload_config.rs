@@ -286,6 +286,20 @@ fn throttle_refusals_name_the_key_and_value() {
     let err = AdaptiveThrottle::new("search", ThrottleConfig::default().window(Duration::ZERO))
         .unwrap_err();
     only_problem(&err, "throttle", "search", "window_ms", "0");
+    // Under a millisecond, as the budget's: refused and shown as given
+    // (review 44: a window of 1 ns was accepted).
+    let err = AdaptiveThrottle::new(
+        "search",
+        ThrottleConfig::default().window(Duration::from_nanos(1)),
+    )
+    .unwrap_err();
+    let reason = only_problem(&err, "throttle", "search", "window_ms", "1ns");
+    assert!(reason.contains("at least 1 ms"), "{reason}");
+    AdaptiveThrottle::new(
+        "search",
+        ThrottleConfig::default().window(Duration::from_millis(1)),
+    )
+    .expect("a window of 1 ms is the least accepted");
     assert_eq!(
         ThrottleConfig::from_toml("search", "k = 3\nwindow_ms = 1000").unwrap(),
         ThrottleConfig::default()

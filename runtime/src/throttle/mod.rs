@@ -22,8 +22,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::budget::MAX_WINDOW;
 use crate::budget::window::{self, Window};
+use crate::budget::{MAX_WINDOW, MIN_WINDOW};
 use crate::config::{ConfigError, Problem};
 use crate::sync::atomic::{AtomicU64, Ordering};
 
@@ -37,8 +37,8 @@ const REQUESTS: usize = window::FIRST;
 const ACCEPTS: usize = window::SECOND;
 
 /// How an [`AdaptiveThrottle`] sheds: the multiplier `k` (default 2.0, at
-/// least 1) and the window its counts cover (default 120 s, more than 0
-/// and at most a day). See the [`AdaptiveThrottle`] for both.
+/// least 1) and the window its counts cover (default 120 s, at least
+/// 1 ms and at most a day). See the [`AdaptiveThrottle`] for both.
 ///
 /// ```
 /// use std::time::Duration;
@@ -97,14 +97,23 @@ impl ThrottleConfig {
                  would shed calls the backend accepts",
             ));
         }
-        if self.window.is_zero() || self.window > MAX_WINDOW {
+        if self.window < MIN_WINDOW || self.window > MAX_WINDOW {
+            // A window set in code below a millisecond is shown as given
+            // (`1ns`), not as the `0` of its whole milliseconds.
+            let shown: &dyn std::fmt::Display =
+                if self.window < MIN_WINDOW && !self.window.is_zero() {
+                    &format_args!("{:?}", self.window)
+                } else {
+                    &self.window.as_millis()
+                };
             problems.push(Problem::new(
                 SECTION,
                 name,
                 "window_ms",
-                self.window.as_millis(),
+                shown,
                 format!(
-                    "must be more than 0 and at most {} (a day)",
+                    "must be at least 1 ms and at most {} (a day): its twelve slots must \
+                     each span some time",
                     MAX_WINDOW.as_millis()
                 ),
             ));
