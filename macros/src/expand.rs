@@ -48,6 +48,11 @@ fn at(ident: &syn::Ident, location: Span) -> syn::Ident {
     moved
 }
 
+/// The name an expansion imports the crate under, in its first statement:
+/// also how a second attribute recognises the first one's expansion
+/// (`valid::expanded_already`).
+pub(crate) const CRATE_ALIAS: &str = "__resilient_crate";
+
 pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream {
     // The crate, imported once, under a local name every generated path
     // starts with: a crate that is not there (the dependency renamed in
@@ -68,7 +73,8 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
     // (`crate = "tokio"`) is also one error, at the import (review 44: four
     // errors about `__private`).
     let root = format_ident!(
-        "__resilient_crate",
+        "{}",
+        CRATE_ALIAS,
         span = Span::mixed_site().located_at(import_span)
     );
     let import = quote_spanned! {import_span=>

@@ -51,6 +51,18 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
         }
     }
 
+    // The same under another name (`use resilient::resilient as retry;`,
+    // two `#[retry(…)]`), which the check above cannot recognise: the
+    // outer attribute has expanded first, and this one finds its
+    // expansion's first statement, the import of the crate under the name
+    // only an expansion uses (review 44).
+    if expanded_already(&func.body) {
+        errors.push(
+            proc_macro2::Span::call_site(),
+            "`#[resilient]` is given twice on this function (one of them under another name, imported with `as`): one attribute takes every key (`retries`, `breaker`, `deadline_ms`…); merge them into one",
+        );
+    }
+
     // Keys on their own.
     if let Some(r) = &args.retries {
         if r.value == 0 {
@@ -534,4 +546,14 @@ fn pretty(tokens: &impl ToTokens) -> String {
         }
     }
     out
+}
+
+/// Is `body` the expansion of `#[resilient]` (under whatever name it was
+/// imported)? Every expansion begins with `use … as __resilient_crate;`,
+/// a name no hand-written body has.
+fn expanded_already(body: &proc_macro2::Group) -> bool {
+    body.stream()
+        .into_iter()
+        .take_while(|tt| !matches!(tt, proc_macro2::TokenTree::Punct(p) if p.as_char() == ';'))
+        .any(|tt| matches!(tt, proc_macro2::TokenTree::Ident(i) if i == crate::expand::CRATE_ALIAS))
 }
