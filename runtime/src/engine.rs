@@ -327,7 +327,7 @@ impl Start {
         // draining shutdown admits it.
         let in_flight = match shutdown::admit(path.in_call()) {
             Ok(in_flight) => in_flight,
-            Err(error) => return Err(refused(policy, path, span, error, refuse, true, None)),
+            Err(error) => return Err(refused(policy, *path, span, error, refuse, true, None)),
         };
         path.cap = path.cap.max(policy.retries.saturating_add(1));
         Ok(in_flight)
@@ -352,7 +352,7 @@ impl Start {
     ) -> Result<&'s Start, E> {
         let times = Times::of(policy, path.deadline, needs_clock);
         if times.passed() {
-            return Err(times.refuse(policy, &path, span, refuse));
+            return Err(times.refuse(policy, path, span, refuse));
         }
         telemetry::entered(span, times.at, times.deadline);
         // The place is empty (a call begins once): known so, the `Start`
@@ -375,6 +375,76 @@ impl Start {
             None => unreachable!("written above"),
         }
     }
+}
+
+impl Start {
+    /// [`admit`](Start::admit) and [`begin`](Start::begin) for a call
+    /// without parts, on the path of the current frame, read here: the
+    /// path goes from the frame's thread-locals straight into the `Start`'s
+    /// place. Read first into a local, as `admit` takes it, it was spilled
+    /// to the stack around the calls between (a counted shutdown, the
+    /// clock) and copied into its place in 16-byte pieces, each over
+    /// narrower stores just made, which on AMD processors cannot be
+    /// forwarded and wait for the stores to retire (about a third of the
+    /// `retries` case's samples in `perf`). A refusal reads the path again
+    /// (the frame has not changed).
+    #[inline(always)]
+    fn begin_current<'s, E>(
+        policy: &'static Policy,
+        span: &CallSpan,
+        refuse: fn(Error) -> E,
+        into: &'s mut Option<Start>,
+    ) -> Result<&'s Start, E> {
+        let in_flight = match shutdown::admit(frame::in_call()) {
+            Ok(in_flight) => in_flight,
+            Err(error) => return Err(refused_current(policy, span, error, refuse, true, None)),
+        };
+        let times = Times::of(policy, frame::deadline(), false);
+        if times.passed() {
+            return Err(times.refuse_current(policy, span, refuse));
+        }
+        telemetry::entered(span, times.at, times.deadline);
+        if into.is_some() {
+            unreachable!("a call begins once");
+        }
+        let mut path = PathStart::current();
+        path.cap = path.cap.max(policy.retries.saturating_add(1));
+        *into = Some(Start {
+            deadline: times.deadline,
+            own_deadline: times.own_deadline,
+            clocked: times.clocked,
+            start: times.at,
+            path,
+            in_flight,
+            began: telemetry::began(times.at),
+        });
+        match into {
+            Some(start) => Ok(start),
+            None => unreachable!("written above"),
+        }
+    }
+}
+
+/// [`refused`] on the current frame's path.
+#[cold]
+fn refused_current<E>(
+    policy: &'static Policy,
+    span: &CallSpan,
+    error: Error,
+    refuse: fn(Error) -> E,
+    final_for_task: bool,
+    inherited_deadline: Option<Instant>,
+) -> E {
+    let path = PathStart::current();
+    refused(
+        policy,
+        path,
+        span,
+        error,
+        refuse,
+        final_for_task,
+        inherited_deadline,
+    )
 }
 
 /// When a call began and when it must end.
@@ -424,13 +494,24 @@ impl Times {
         matches!((self.deadline, self.at), (Some(deadline), Some(at)) if at >= deadline)
     }
 
+    /// [`refuse`](Times::refuse) on the current frame's path.
+    #[cold]
+    fn refuse_current<E>(
+        self,
+        policy: &'static Policy,
+        span: &CallSpan,
+        refuse: fn(Error) -> E,
+    ) -> E {
+        self.refuse(policy, PathStart::current(), span, refuse)
+    }
+
     /// The refusal of a call whose deadline had passed when it began: so
     /// it does no work.
     #[cold]
     fn refuse<E>(
         self,
         policy: &'static Policy,
-        path: &PathStart,
+        path: PathStart,
         span: &CallSpan,
         refuse: fn(Error) -> E,
     ) -> E {
@@ -933,7 +1014,7 @@ impl Drop for CutAttempt {
 #[cold]
 fn refused<E>(
     policy: &'static Policy,
-    path: &PathStart,
+    path: PathStart,
     span: &CallSpan,
     error: Error,
     refuse: fn(Error) -> E,

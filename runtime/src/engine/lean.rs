@@ -453,11 +453,7 @@ where
                 // The call's beginning without parts: nothing to
                 // resolve, no clock needed for statistics, no budget to
                 // report.
-                let mut path = PathStart::current();
-                let start = &mut *this.start;
-                let begun = Start::admit(policy, span, &mut path, refuse).and_then(|in_flight| {
-                    Start::begin(policy, span, path, in_flight, false, refuse, start)
-                });
+                let begun = Start::begin_current(policy, span, refuse, &mut *this.start);
                 match begun {
                     Ok(start) => start,
                     Err(error) => {
@@ -647,7 +643,7 @@ where
                 ));
             }
             Err(error) => {
-                let error = refused(policy, &path, call_span, error, refuse, true, None);
+                let error = refused(policy, path, call_span, error, refuse, true, None);
                 drop(in_flight);
                 return Some(ended_early(span, parts, error));
             }
