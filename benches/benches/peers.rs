@@ -15,6 +15,7 @@
 //! PEERS_MD=target/peers.md cargo bench ...                   # Markdown copy
 //! PEERS_LIST=1 <bench binary>                                # case ids
 //! PEERS_CASE=<id> PEERS_ITERS=<n> <bench binary>             # one case n times
+//! PEERS_PAD=<k> PEERS_CASE=<id> PEERS_ITERS=<n> <bench binary> # k frames deeper
 //! PEERS_TWO=<id> <bench binary>                               # one case, 1 and 2 threads
 //! PEERS_INSTRUCTIONS=<file> <bench binary>                   # render counts
 //! ```
@@ -127,8 +128,8 @@ use std::time::Duration;
 
 use resilient::{BreakerConfig, BudgetConfig, BulkheadConfig, Registry, resilient};
 use resilient_benches::{
-    Settings, Table, Timing, concurrent_samples, fmt_num, fmt_ratio, locked_versions, machine,
-    measure, median, parallelism, poll_to_end, run_iters,
+    Settings, Table, Timing, at_depth, concurrent_samples, fmt_num, fmt_ratio, locked_versions,
+    machine, measure, median, parallelism, poll_to_end, run_iters,
 };
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 use tower::{Service, ServiceBuilder};
@@ -916,7 +917,12 @@ fn main() -> Result<(), Box<dyn StdError>> {
             .map_err(|e| format!("PEERS_ITERS: {e}"))?;
         let rt = runtime();
         let _guard = rt.enter();
-        (c.run)(Mode::Iters(iters));
+        // `PEERS_PAD=<n>`: at `n` frames deeper (`at_depth`), to compare
+        // placements of the stack one at a time (with `setarch -R`).
+        let pad = std::env::var("PEERS_PAD").map_or(Ok(0), |v| v.parse::<usize>())?;
+        at_depth(pad, &mut || {
+            (c.run)(Mode::Iters(iters));
+        });
         if c.id.starts_with("resilient_breaker") || c.id.starts_with("resilient_full") {
             check_breaker()?;
         }

@@ -248,12 +248,15 @@ pub fn measure<F: FnMut(u64) -> u64>(
 
     let mut taken = Vec::with_capacity(samples);
     sync(2);
-    for _ in 0..samples {
+    for j in 0..samples {
         let start = Instant::now();
         let t = ThreadTime::now();
-        for i in 0..iters {
-            black_box(call(black_box(i)));
-        }
+        // Each sample at another depth of the stack (see `at_depth`).
+        at_depth(j % STACK_OFFSETS, &mut || {
+            for i in 0..iters {
+                black_box(call(black_box(i)));
+            }
+        });
         let cpu = cpu_ns(&t);
         taken.push(Sample {
             start,
@@ -270,6 +273,33 @@ pub fn measure<F: FnMut(u64) -> u64>(
         allocs_per_call: allocs,
         samples: taken,
     }
+}
+
+/// How many stack depths [`measure`]'s samples rotate through.
+pub const STACK_OFFSETS: usize = 16;
+
+/// Runs `f` `depth` frames deeper on the stack (each frame of one fixed
+/// size, a few dozen bytes).
+///
+/// On the AMD machine of the README's tables, the same binary measured 35
+/// or 57 ns a call for the `retries` case from one process to the next,
+/// and the breaker case 96 or 160: where the kernel places the stack
+/// (randomised to 16 bytes within its page) changes how the future, kept on
+/// the stack, falls against thread-locals and statics in the caches.
+/// With that randomisation off (`setarch -R`), shifting the stack by whole
+/// frames moved the figure between the same two levels. A run measured
+/// at one depth shows one placement; the samples of [`measure`] rotate
+/// through [`STACK_OFFSETS`] depths, so a median is over placements, as a
+/// service's calls are, and runs agree better.
+#[inline(never)]
+pub fn at_depth(depth: usize, f: &mut dyn FnMut()) {
+    if depth == 0 {
+        return f();
+    }
+    let frame = [0u8; 64];
+    black_box(&frame);
+    at_depth(depth - 1, f);
+    black_box(&frame);
 }
 
 /// Runs `call` exactly `iters` times, for an instruction count under
