@@ -283,14 +283,16 @@ pub const STACK_OFFSETS: usize = 16;
 ///
 /// On the AMD machine of the README's tables, the same binary measured 35
 /// or 57 ns a call for the `retries` case from one process to the next,
-/// and the breaker case 96 or 160: where the kernel places the stack
-/// (randomised to 16 bytes within its page) changes how the future, kept on
-/// the stack, falls against thread-locals and statics in the caches.
-/// With that randomisation off (`setarch -R`), shifting the stack by whole
-/// frames moved the figure between the same two levels. A run measured
-/// at one depth shows one placement; the samples of [`measure`] rotate
-/// through [`STACK_OFFSETS`] depths, so a median is over placements, as a
-/// service's calls are, and runs agree better.
+/// and the breaker case about 105 or 180: where the process's memory is
+/// placed (the stack, randomised to 16 bytes within its page, the heap,
+/// the thread-locals) changes how the future, kept on the stack, falls
+/// against thread-locals and statics in the caches. With randomisation off
+/// (`setarch -R`), shifting the stack by whole frames moved the figure
+/// between the same two levels. The samples of [`measure`] rotate through
+/// [`STACK_OFFSETS`] depths, so that a median is not that of one stack
+/// placement; the rest of a process's placement still varies from run to
+/// run, and a run's figures fall at one level or the other (the README
+/// gives the levels of six runs).
 #[inline(never)]
 pub fn at_depth(depth: usize, f: &mut dyn FnMut()) {
     if depth == 0 {
