@@ -295,13 +295,13 @@ impl<C> Drop for Call<C> {
 /// What a call knows once it has begun, apart from its classifier and its
 /// parts: all a lean call ([`lean`]) keeps until its first attempt fails.
 ///
-/// `repr(C)`, the path first: [`Start::begin`] builds a `Start` aside and
-/// copies it into its place, in 16-byte pieces. With the compiler's layout
-/// the path, itself copied in 16-byte pieces, lay 4 bytes into the `Start`,
-/// so each piece of the second copy spanned two stores of the first, and
-/// on AMD processors such a load waits for the stores to retire (a quarter
-/// of `begin_with_parts`'s samples in `perf`). At offset 0 the pieces line
-/// up.
+/// `repr(C)`, the path first: a `Start` was once built aside and copied
+/// into its place in 16-byte pieces, and with the compiler's layout the
+/// path, itself copied in 16-byte pieces, lay 4 bytes into the `Start`, so
+/// each piece of the second copy spanned two stores of the first; on AMD
+/// processors such a load waits for the stores to retire (a quarter of
+/// `begin_with_parts`'s samples in `perf`). [`Start::write`] now writes it
+/// in place; the path stays first, where the pieces of any copy line up.
 #[repr(C)]
 struct Start {
     path: PathStart,
@@ -355,12 +355,24 @@ impl Start {
             return Err(times.refuse(policy, path, span, refuse));
         }
         telemetry::entered(span, times.at, times.deadline);
-        // The place is empty (a call begins once): known so, the `Start`
-        // is written straight there, with no old value to drop first
-        // (`insert` built it aside to drop the old one, and copied it in).
         if into.is_some() {
             unreachable!("a call begins once");
         }
+        Ok(Start::write(into, times, path, in_flight))
+    }
+
+    /// Writes the `Start` of a call begun at `times` on `path` in its
+    /// place, which the caller has found empty (a call begins once): known
+    /// so, the `Start` is written straight there, with no old value to drop
+    /// first (`insert` built it aside to drop the old one, and copied it
+    /// in).
+    #[inline(always)]
+    fn write(
+        into: &mut Option<Start>,
+        times: Times,
+        path: PathStart,
+        in_flight: Option<InFlight>,
+    ) -> &Start {
         *into = Some(Start {
             deadline: times.deadline,
             own_deadline: times.own_deadline,
@@ -371,7 +383,7 @@ impl Start {
             began: telemetry::began(times.at),
         });
         match into {
-            Some(start) => Ok(start),
+            Some(start) => start,
             None => unreachable!("written above"),
         }
     }
@@ -409,19 +421,7 @@ impl Start {
         }
         let mut path = PathStart::current();
         path.cap = path.cap.max(policy.retries.saturating_add(1));
-        *into = Some(Start {
-            deadline: times.deadline,
-            own_deadline: times.own_deadline,
-            clocked: times.clocked,
-            start: times.at,
-            path,
-            in_flight,
-            began: telemetry::began(times.at),
-        });
-        match into {
-            Some(start) => Ok(start),
-            None => unreachable!("written above"),
-        }
+        Ok(Start::write(into, times, path, in_flight))
     }
 }
 
