@@ -277,7 +277,11 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
                     "`{}` may not be retried with this idempotency key: its name `{}` starts with `_`, which marks it unused, so the body does not send it and the server could not recognise a retry as a repeat; name it without the underscore (`{}`) and send it with the request, or add `idempotent` if running the function twice is harmless",
                     sig.ident,
                     marked_unused(&i).unwrap_or_default(),
-                    marked_unused(&i).unwrap_or_default().trim_start_matches('_'),
+                    // `__` leaves nothing: suggest a name.
+                    Some(marked_unused(&i).unwrap_or_default())
+                        .map(|n| n.trim_start_matches('_').to_owned())
+                        .filter(|n| !n.is_empty())
+                        .unwrap_or_else(|| "key".to_owned()),
                 ),
             ),
             Some(&i) => errors.push_spanned(

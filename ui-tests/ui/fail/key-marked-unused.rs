@@ -15,6 +15,12 @@ async fn refund(ref _k @ _: IdempotencyKey, cents: u64) -> Result<u64, std::io::
     Ok(cents)
 }
 
+// Underscores only: a name is suggested.
+#[resilient(retries = 3)]
+async fn void(__: IdempotencyKey, cents: u64) -> Result<u64, std::io::Error> {
+    Ok(cents)
+}
+
 // A key named plainly is accepted, as is `idempotent` with an unused key.
 #[resilient(retries = 3)]
 async fn capture(key: &IdempotencyKey, cents: u64) -> Result<u64, std::io::Error> {
