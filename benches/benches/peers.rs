@@ -919,7 +919,11 @@ fn main() -> Result<(), Box<dyn StdError>> {
         let _guard = rt.enter();
         // `PEERS_PAD=<n>`: at `n` frames deeper (`at_depth`), to compare
         // placements of the stack one at a time (with `setarch -R`).
-        let pad = std::env::var("PEERS_PAD").map_or(Ok(0), |v| v.parse::<usize>())?;
+        let pad = match std::env::var("PEERS_PAD") {
+            Err(std::env::VarError::NotPresent) => 0,
+            Err(e) => return Err(format!("PEERS_PAD: {e}").into()),
+            Ok(v) => v.parse::<usize>().map_err(|e| format!("PEERS_PAD: {e}"))?,
+        };
         at_depth(pad, &mut || {
             (c.run)(Mode::Iters(iters));
         });
