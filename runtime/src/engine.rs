@@ -387,9 +387,7 @@ impl Start {
             None => unreachable!("written above"),
         }
     }
-}
 
-impl Start {
     /// [`admit`](Start::admit) and [`begin`](Start::begin) for a call
     /// without parts, on the path of the current frame, read here: the
     /// path goes from the frame's thread-locals straight into the `Start`'s
@@ -409,7 +407,7 @@ impl Start {
     ) -> Result<&'s Start, E> {
         let in_flight = match shutdown::admit(frame::in_call()) {
             Ok(in_flight) => in_flight,
-            Err(error) => return Err(refused_current(policy, span, error, refuse, true, None)),
+            Err(error) => return Err(refused_current(policy, span, error, refuse)),
         };
         let times = Times::of(policy, frame::deadline(), false);
         if times.passed() {
@@ -425,25 +423,23 @@ impl Start {
     }
 }
 
-/// [`refused`] on the current frame's path.
+/// [`refused`] on the current frame's path, by a graceful shutdown: the
+/// refusal is final for the task.
 #[cold]
 fn refused_current<E>(
     policy: &'static Policy,
     span: &CallSpan,
     error: Error,
     refuse: fn(Error) -> E,
-    final_for_task: bool,
-    inherited_deadline: Option<Instant>,
 ) -> E {
-    let path = PathStart::current();
     refused(
         policy,
-        path,
+        PathStart::current(),
         span,
         error,
         refuse,
-        final_for_task,
-        inherited_deadline,
+        true,
+        None,
     )
 }
 

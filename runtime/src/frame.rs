@@ -199,6 +199,24 @@ impl Slot {
         }
     }
 
+    /// The slot of an attempt on `path` at `base`, which counts as
+    /// reaching `base + 1`: `in_retry` is [`Report::IN_RETRY`] or 0.
+    #[inline(always)]
+    fn attempt(path: &PathStart, base: u32, in_retry: u64, deadline: Option<Instant>) -> Slot {
+        debug_assert!(in_retry & !Report::IN_RETRY == 0);
+        Slot {
+            report: Report(
+                u64::from(base.saturating_add(1))
+                    | Report::PRESENT
+                    | Report::IN_CALL
+                    | (path.flags.0 & Report::OBSERVED)
+                    | in_retry,
+            ),
+            path: Path::new(path.cap, base),
+            deadline,
+        }
+    }
+
     #[inline]
     fn fixed(&self) -> Fixed {
         Fixed {
@@ -415,19 +433,9 @@ impl Frame {
         in_retry: bool,
         deadline: Option<Instant>,
     ) -> Frame {
-        let report = Report(
-            u64::from(base.saturating_add(1))
-                | Report::PRESENT
-                | Report::IN_CALL
-                | (path.flags.0 & Report::OBSERVED),
-        )
-        .with(Report::IN_RETRY, in_retry);
+        let in_retry = if in_retry { Report::IN_RETRY } else { 0 };
         Frame {
-            slot: Slot {
-                report,
-                path: Path::new(path.cap, base),
-                deadline,
-            },
+            slot: Slot::attempt(path, base, in_retry, deadline),
             budget: None,
         }
     }
@@ -441,17 +449,8 @@ impl Frame {
     pub(crate) fn start_first(&mut self, path: &PathStart, deadline: Option<Instant>) -> First {
         debug_assert!(self.budget.is_none() && !self.slot.report.present());
         // `attempt(path, path.base, path.in_retry(), deadline)`, with the
-        // path's flags taken as they are.
-        let slot = Slot {
-            report: Report(
-                u64::from(path.base.saturating_add(1))
-                    | Report::PRESENT
-                    | Report::IN_CALL
-                    | (path.flags.0 & (Report::OBSERVED | Report::IN_RETRY)),
-            ),
-            path: Path::new(path.cap, path.base),
-            deadline,
-        };
+        // path's retry flag taken as it is.
+        let slot = Slot::attempt(path, path.base, path.flags.0 & Report::IN_RETRY, deadline);
         self.slot = slot;
         First(slot)
     }
