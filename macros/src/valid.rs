@@ -362,29 +362,48 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
     })
 }
 
+/// The names a pattern binds, collected into `out`; `false` if the pattern
+/// has a part this walk does not read (a literal, a range, a path, an
+/// or-pattern, a macro, a type ascription), which may bind or match
+/// anything.
+fn bound_names(pat: &Pat, out: &mut Vec<String>) -> bool {
+    match pat {
+        Pat::Wild(_) | Pat::Rest(_) => true,
+        Pat::Ident(i) => {
+            out.push(i.ident.to_string());
+            i.subpat
+                .as_ref()
+                .is_none_or(|(_, sub)| bound_names(sub, out))
+        }
+        Pat::Paren(p) => bound_names(&p.pat, out),
+        Pat::Reference(r) => bound_names(&r.pat, out),
+        Pat::Tuple(t) => all_bound_names(&t.elems, out),
+        Pat::TupleStruct(t) => all_bound_names(&t.elems, out),
+        Pat::Slice(s) => all_bound_names(&s.elems, out),
+        Pat::Struct(s) => all_bound_names(s.fields.iter().map(|f| &*f.pat), out),
+        Pat::Type(t) => {
+            bound_names(&t.pat, out);
+            false
+        }
+        _ => false,
+    }
+}
+
+/// [`bound_names`] of every pattern in `pats`, all of them read, also
+/// past one that is not.
+fn all_bound_names<'p>(pats: impl IntoIterator<Item = &'p Pat>, out: &mut Vec<String>) -> bool {
+    let mut known = true;
+    for pat in pats {
+        known &= bound_names(pat, out);
+    }
+    known
+}
+
 /// The first name a pattern binds, if it binds some and every one starts
 /// with `_` (`_key`, `Key { id: _id }`): the way Rust marks a value unused.
 fn underscored_name(pat: &Pat) -> Option<String> {
-    fn names(pat: &Pat, out: &mut Vec<String>) {
-        match pat {
-            Pat::Ident(i) => {
-                out.push(i.ident.to_string());
-                if let Some((_, sub)) = &i.subpat {
-                    names(sub, out);
-                }
-            }
-            Pat::Paren(p) => names(&p.pat, out),
-            Pat::Reference(r) => names(&r.pat, out),
-            Pat::Tuple(t) => t.elems.iter().for_each(|p| names(p, out)),
-            Pat::TupleStruct(t) => t.elems.iter().for_each(|p| names(p, out)),
-            Pat::Slice(s) => s.elems.iter().for_each(|p| names(p, out)),
-            Pat::Struct(s) => s.fields.iter().for_each(|f| names(&f.pat, out)),
-            Pat::Type(t) => names(&t.pat, out),
-            _ => {}
-        }
-    }
     let mut all = Vec::new();
-    names(pat, &mut all);
+    bound_names(pat, &mut all);
     let first = all.first()?.clone();
     all.iter().all(|n| n.starts_with('_')).then_some(first)
 }
@@ -393,16 +412,8 @@ fn underscored_name(pat: &Pat) -> Option<String> {
 /// `(_)`, `&_`, `Key { .. }`, `(_, _)` (review 30: `&_` and `Key { .. }`
 /// hid an idempotency key as `_` did).
 fn binds_nothing(pat: &Pat) -> bool {
-    match pat {
-        Pat::Wild(_) | Pat::Rest(_) => true,
-        Pat::Paren(p) => binds_nothing(&p.pat),
-        Pat::Reference(r) => binds_nothing(&r.pat),
-        Pat::Tuple(t) => t.elems.iter().all(binds_nothing),
-        Pat::TupleStruct(t) => t.elems.iter().all(binds_nothing),
-        Pat::Slice(s) => s.elems.iter().all(binds_nothing),
-        Pat::Struct(s) => s.fields.iter().all(|f| binds_nothing(&f.pat)),
-        _ => false,
-    }
+    let mut names = Vec::new();
+    bound_names(pat, &mut names) && names.is_empty()
 }
 
 /// How a method takes `self`, as far as reusing it across attempts goes.
