@@ -13,6 +13,7 @@ use tokio::time::Instant;
 
 use crate::outcome::Outcome;
 use crate::registry::Registry;
+use crate::telemetry::CallSpan;
 use crate::{
     AdaptiveThrottle, Breaker, BreakerPermit, Bulkhead, BulkheadPermit, Error, RetryBudget,
 };
@@ -290,11 +291,12 @@ impl Admission<'_> {
     /// caller whenever [`Deps::needs_clock_at_end`]; the parts read it
     /// themselves if they need it otherwise (a breaker after its body
     /// waited, or to open). Recorded where the admission lies; its permits
-    /// are given back when it is dropped.
+    /// are given back when it is dropped. A breaker transition the record
+    /// makes is logged inside `span`, the call's.
     #[inline]
-    pub(crate) fn finish(&mut self, outcome: Outcome, end: Option<Instant>) {
+    pub(crate) fn finish(&mut self, outcome: Outcome, end: Option<Instant>, span: &CallSpan) {
         if let Some(permit) = &mut self.breaker {
-            permit.record_in_place(outcome, end);
+            permit.record_in_place(outcome, end, Some(span));
         }
         if let Some(t) = &self.deps.throttle {
             t.record(

@@ -702,7 +702,7 @@ impl BreakerPermit<'_> {
     /// the caller read it (else read here if the record needs it).
     #[inline]
     pub(crate) fn record_at(mut self, outcome: Outcome, now: Option<Instant>) {
-        self.record_in_place(outcome, now);
+        self.record_in_place(outcome, now, None);
     }
 
     /// [`record_at`](Self::record_at) where the permit lies, which its drop
@@ -710,7 +710,16 @@ impl BreakerPermit<'_> {
     /// moments before, and moving it out whole to record it stalled the
     /// copy's loads on AMD processors.
     #[inline]
-    pub(crate) fn record_in_place(&mut self, outcome: Outcome, now: Option<Instant>) {
+    ///
+    /// A transition the record makes is announced inside `span` (the
+    /// call's), entered only then: the steady path enters no span here.
+    #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+    pub(crate) fn record_in_place(
+        &mut self,
+        outcome: Outcome,
+        now: Option<Instant>,
+        span: Option<&crate::telemetry::CallSpan>,
+    ) {
         if self.done {
             return;
         }
@@ -757,6 +766,8 @@ impl BreakerPermit<'_> {
         breaker
             .core
             .record_then(self.admission, sample, now_ns, |transitions| {
+                #[cfg(feature = "tracing")]
+                let _in_span = span.map(tracing::Span::enter);
                 breaker.announce(transitions, false);
             });
     }
