@@ -59,14 +59,15 @@
 //!   one read of tokio's clock at the start of each attempt, and the
 //!   breaker's coarse reads.
 //!
-//! Variants: `floor_retries_traced` and `floor_deadline_traced` run the
-//! sketch inside the `tracing` span the library opens per call with its
-//! default features (disabled, as no subscriber is installed), kept in the
+//! Variants: `floor_retries_traced`, `floor_deadline_traced`,
+//! `floor_breaker_traced` and `floor_full_traced` run the sketch inside
+//! the `tracing` span the library opens per call with its default
+//! features (disabled, as no subscriber is installed), kept in the
 //! sketch's state and entered while the body is polled, as the library
-//! keeps its own: the cost of that telemetry at the least. `floor_breaker_unclocked` and
-//! `floor_full_unclocked` are lower bounds, not sketches: the same code
-//! without timing calls at all, which any design of the slow-call check
-//! can only add to.
+//! keeps its own: the cost of that telemetry at the least.
+//! `floor_breaker_unclocked` and `floor_full_unclocked` are lower bounds,
+//! not sketches: the same code without timing calls at all, which any
+//! design of the slow-call check can only add to.
 //!
 //! The ratio tables give each sketch's ratio to the same peer next to the
 //! library's. What stands between a sketch and the library, on the success
@@ -401,6 +402,18 @@ const CASES: &[Case] = &[
         run: |m| m.drive(|x| ok(poll_to_end(floor::deadline_traced(move || bare(x))))),
     },
     Case {
+        id: "floor_breaker_traced",
+        label: "floor sketch: `breaker` by hand, in a `tracing` span",
+        two_threads: false,
+        run: |m| m.drive(|x| ok(poll_to_end(floor::breaker_traced(move || bare(x))))),
+    },
+    Case {
+        id: "floor_full_traced",
+        label: "floor sketch: full stack by hand, in a `tracing` span",
+        two_threads: false,
+        run: |m| m.drive(|x| ok(poll_to_end(floor::full_traced(move || bare(x))))),
+    },
+    Case {
         id: "floor_breaker_unclocked",
         label: "lower bound: the `breaker` sketch with no clock read",
         two_threads: true,
@@ -559,6 +572,13 @@ const RATIOS: &[Ratio] = &[
         target: Some(0.6),
     },
     Ratio {
+        what: "full stack vs tower stack, sketch in a `tracing` span",
+        ours: "resilient_full",
+        floor: "floor_full_traced",
+        peer: "tower_stack",
+        target: Some(0.6),
+    },
+    Ratio {
         what: "full stack vs tower stack, lower bound (no slow-call timing)",
         ours: "resilient_full",
         floor: "floor_full_unclocked",
@@ -604,6 +624,13 @@ const RATIOS: &[Ratio] = &[
         what: "`breaker` vs recloser",
         ours: "resilient_breaker",
         floor: "floor_breaker",
+        peer: "recloser_breaker",
+        target: Some(0.5),
+    },
+    Ratio {
+        what: "`breaker` vs recloser, sketch in a `tracing` span",
+        ours: "resilient_breaker",
+        floor: "floor_breaker_traced",
         peer: "recloser_breaker",
         target: Some(0.5),
     },

@@ -1101,15 +1101,17 @@ pin_project! {
     /// `#[resilient(breaker = "bench")]`: admitted by the breaker, timed
     /// (a slow call counts), its outcome recorded. With `Unclocked`, a
     /// lower bound rather than a sketch: no clock read at all, so no call
-    /// is ever slow (see `breaker_unclocked`).
-    pub(crate) struct BreakerCall<M, F, K> {
+    /// is ever slow (see `breaker_unclocked`). With `InSpan`, in the
+    /// library's per-call span (see `breaker_traced`).
+    pub(crate) struct BreakerCall<M, F, K, T: Telemetry = Untraced> {
         make: Option<M>,
+        span: T::Span,
         #[pin]
         attempt: Attempt<F>,
         // Taken at the start, handed to `record` at the end; dropped
         // unrecorded (a cancelled call), it gives a probe back.
         permit: Option<Permit>,
-        clocking: PhantomData<K>,
+        clocking: PhantomData<(K, T)>,
     }
 }
 
@@ -1118,8 +1120,24 @@ where
     M: FnOnce() -> F,
     F: Future,
 {
+    breaker_in(make)
+}
+
+/// The `breaker` sketch in the library's per-call span, entered while the
+/// body is polled (the library enters it to record only when the record
+/// changes the breaker's state, which a steady call never does).
+pub(crate) fn breaker_traced<M, F>(make: M) -> BreakerCall<M, F, Clocked, InSpan>
+where
+    M: FnOnce() -> F,
+    F: Future,
+{
+    breaker_in(make)
+}
+
+fn breaker_in<M, F: Future, K, S: Telemetry>(make: M) -> BreakerCall<M, F, K, S> {
     BreakerCall {
         make: Some(make),
+        span: S::NONE,
         attempt: Attempt::idle(),
         permit: None,
         clocking: PhantomData,
@@ -1135,15 +1153,10 @@ where
     M: FnOnce() -> F,
     F: Future,
 {
-    BreakerCall {
-        make: Some(make),
-        attempt: Attempt::idle(),
-        permit: None,
-        clocking: PhantomData,
-    }
+    breaker_in(make)
 }
 
-impl<M, F, T, E, K: Clocking> Future for BreakerCall<M, F, K>
+impl<M, F, T, E, K: Clocking, S: Telemetry> Future for BreakerCall<M, F, K, S>
 where
     M: FnOnce() -> F,
     F: Future<Output = Result<T, E>>,
@@ -1154,6 +1167,7 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         if let Some(make) = this.make.take() {
+            S::open(this.span);
             let path = match begin(1) {
                 Ok(path) => path,
                 Err(refusal) => return Poll::Ready(Err(refusal.into())),
@@ -1177,7 +1191,11 @@ where
             this.attempt.as_mut().start(frame, make());
         }
         // No timer of its own, as for `RetryCall`.
-        let Poll::Ready(out) = this.attempt.as_mut().poll_body(cx) else {
+        let polled = {
+            let _in_span = S::enter(this.span);
+            this.attempt.as_mut().poll_body(cx)
+        };
+        let Poll::Ready(out) = polled else {
             if let Some(permit) = this.permit.as_mut() {
                 permit.waited();
             }
@@ -1207,9 +1225,11 @@ pin_project! {
     /// breaker's timing of an attempt whose body never waited; tokio's is
     /// read again after a failure, for the retry decision.
     /// With `Unclocked`, a lower bound rather than a sketch: no coarse
-    /// reads, so no call is ever slow (see `full_unclocked`).
-    pub(crate) struct FullCall<M, F, K> {
+    /// reads, so no call is ever slow (see `full_unclocked`). With
+    /// `InSpan`, in the library's per-call span (see `full_traced`).
+    pub(crate) struct FullCall<M, F, K, T: Telemetry = Untraced> {
         make: M,
+        span: T::Span,
         // The call's deadline: the earlier of the inherited one and one
         // second from the start.
         deadline: Option<Instant>,
@@ -1227,7 +1247,7 @@ pin_project! {
         // What the running attempt holds, given back when it ends or is
         // dropped: the breaker's permit and a bulkhead slot.
         held: Option<(Permit, Slot)>,
-        clocking: PhantomData<K>,
+        clocking: PhantomData<(K, T)>,
     }
 }
 
@@ -1236,8 +1256,23 @@ where
     M: FnMut() -> F,
     F: Future,
 {
+    full_in(make)
+}
+
+/// The full sketch in the library's per-call span, entered while an
+/// attempt's body is polled (as for `breaker_traced`).
+pub(crate) fn full_traced<M, F>(make: M) -> FullCall<M, F, Clocked, InSpan>
+where
+    M: FnMut() -> F,
+    F: Future,
+{
+    full_in(make)
+}
+
+fn full_in<M, F: Future, K, S: Telemetry>(make: M) -> FullCall<M, F, K, S> {
     FullCall {
         make,
+        span: S::NONE,
         deadline: None,
         own: false,
         number: 0,
@@ -1258,20 +1293,10 @@ where
     M: FnMut() -> F,
     F: Future,
 {
-    FullCall {
-        make,
-        deadline: None,
-        own: false,
-        number: 0,
-        attempt: Attempt::idle(),
-        sleep: None,
-        backing_off: false,
-        held: None,
-        clocking: PhantomData,
-    }
+    full_in(make)
 }
 
-impl<M, F, T, E, K: Clocking> Future for FullCall<M, F, K>
+impl<M, F, T, E, K: Clocking, S: Telemetry> Future for FullCall<M, F, K, S>
 where
     M: FnMut() -> F,
     F: Future<Output = Result<T, E>>,
@@ -1284,6 +1309,7 @@ where
         // An attempt to start now: when, on which path, at which position.
         let mut start = None;
         if *this.number == 0 {
+            S::open(this.span);
             let path = match begin(ATTEMPTS) {
                 Ok(path) => path,
                 Err(refusal) => return Poll::Ready(Err(refusal.into())),
@@ -1336,7 +1362,11 @@ where
                 let frame = Frame::attempt(&path, base, *this.number > 1, timer);
                 this.attempt.as_mut().start(frame, (this.make)());
             }
-            let Poll::Ready(out) = this.attempt.as_mut().poll_timed(this.sleep.as_mut(), cx) else {
+            let polled = {
+                let _in_span = S::enter(this.span);
+                this.attempt.as_mut().poll_timed(this.sleep.as_mut(), cx)
+            };
+            let Poll::Ready(out) = polled else {
                 if let Some((permit, _)) = this.held.as_mut() {
                     permit.waited();
                 }
