@@ -9,14 +9,23 @@
 //! global allocator. The cases that share state between threads (a breaker,
 //! an atomic) are measured again on two threads at once.
 //!
+//! Each figure is the median over several processes (3; `PEERS_PROCS`),
+//! and within a process the one-thread cases take turns sample by sample
+//! (`all_cases`): on the README's machine the same code ran at one of two
+//! speeds for tens of milliseconds at a time, so that cases measured one
+//! after the other met different states and their ratios were not of like
+//! with like.
+//!
 //! ```text
-//! cargo bench -p resilient-benches --bench peers            # full run, 1-3 min
+//! cargo bench -p resilient-benches --bench peers            # full run, about 4 min
+//! PEERS_PROCS=1 cargo bench -p resilient-benches --bench peers   # one process
 //! PEERS_QUICK=1 cargo bench -p resilient-benches --bench peers   # smoke run
 //! PEERS_MD=target/peers.md cargo bench ...                   # Markdown copy
 //! PEERS_LIST=1 <bench binary>                                # case ids
 //! PEERS_CASE=<id> PEERS_ITERS=<n> <bench binary>             # one case n times
 //! PEERS_PAD=<k> PEERS_CASE=<id> PEERS_ITERS=<n> <bench binary> # k frames deeper
 //! PEERS_TWO=<id> <bench binary>                               # one case, 1 and 2 threads
+//! PEERS_CHILD=one <bench binary>                              # one process of the run
 //! PEERS_INSTRUCTIONS=<file> <bench binary>                   # render counts
 //! ```
 //!
@@ -129,8 +138,9 @@ use std::time::Duration;
 
 use resilient::{BreakerConfig, BudgetConfig, BulkheadConfig, Registry, resilient};
 use resilient_benches::{
-    Settings, Table, Timing, at_depth, concurrent_samples, fmt_num, fmt_ratio, locked_versions,
-    machine, measure, median, parallelism, poll_to_end, run_iters,
+    COUNTED, SAMPLE, SAMPLED, SAMPLES, Settings, Table, Timing, Turns, WARM_UP, WARMED, at_depth,
+    concurrent_samples, fmt_num, fmt_ratio, locked_versions, machine, measure, median, parallelism,
+    poll_to_end, run_iters,
 };
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 use tower::{Service, ServiceBuilder};
@@ -731,14 +741,19 @@ fn one_thread(c: &Case, settings: &Settings) -> Timing {
 /// over both threads, counted while both call.
 fn two_threads(c: &Case, settings: &Settings) -> ([Timing; 2], f64) {
     let barrier = Barrier::new(3);
-    // measure() calls sync(0) before its allocation count, sync(1) after it,
-    // sync(2) before its samples. Two waits at 0 let this thread start the
-    // count between them, once both threads have warmed up.
-    let sync = |phase: u8| {
-        barrier.wait();
-        if phase == 0 {
+    // measure() calls sync(WARMED) before its allocation count,
+    // sync(COUNTED) after it, sync(SAMPLES) before its samples. Two waits at
+    // WARMED let this thread start the count between them, once both
+    // threads have warmed up.
+    let sync = |phase: u8| match phase {
+        WARMED => {
+            barrier.wait();
             barrier.wait();
         }
+        COUNTED | SAMPLES => {
+            barrier.wait();
+        }
+        _ => {}
     };
     std::thread::scope(|s| {
         let threads: Vec<_> = (0..2)
@@ -769,6 +784,237 @@ fn two_threads(c: &Case, settings: &Settings) -> ([Timing; 2], f64) {
         let [a, b]: [Timing; 2] = t.try_into().expect("two threads");
         ([a, b], allocations as f64 / calls)
     })
+}
+
+/// A two-thread figure is given only from a process whose threads both
+/// took this many samples while the other was on a CPU too.
+const MIN_CONCURRENT: usize = 5;
+
+/// How many processes measure each case: `PEERS_PROCS`, else 3 (1 for a
+/// quick run).
+fn processes(quick: bool) -> Result<usize, Box<dyn StdError>> {
+    match std::env::var("PEERS_PROCS") {
+        Err(std::env::VarError::NotPresent) => Ok(if quick { 1 } else { 3 }),
+        Err(e) => Err(format!("PEERS_PROCS: {e}").into()),
+        Ok(v) => match v.parse::<usize>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(format!("PEERS_PROCS: `{v}` is not a number of processes (1 or more)").into()),
+        },
+    }
+}
+
+/// What one process measured of a case on one thread.
+struct OneRun {
+    median_ns: f64,
+    min_ns: f64,
+    allocs_per_call: f64,
+}
+
+/// What one process measured of a case on two threads sharing its state.
+struct TwoRun {
+    /// Each thread's median over its samples taken while the other ran too
+    /// (`NaN` with fewer than `MIN_CONCURRENT` of them).
+    m: [f64; 2],
+    /// How many samples that was, per thread.
+    counts: [usize; 2],
+    /// Samples each thread took.
+    samples: usize,
+    parallelism: f64,
+    allocs_per_call: f64,
+}
+
+fn numbers<const N: usize>(line: &str) -> Option<[f64; N]> {
+    let xs: Vec<f64> = line
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .ok()?;
+    xs.try_into().ok()
+}
+
+impl OneRun {
+    fn write(&self) -> String {
+        format!(
+            "{} {} {}",
+            self.median_ns, self.min_ns, self.allocs_per_call
+        )
+    }
+
+    fn read(line: &str) -> Option<Self> {
+        let [median_ns, min_ns, allocs_per_call] = numbers(line)?;
+        Some(OneRun {
+            median_ns,
+            min_ns,
+            allocs_per_call,
+        })
+    }
+}
+
+impl TwoRun {
+    fn write(&self) -> String {
+        format!(
+            "{} {} {} {} {} {} {}",
+            self.m[0],
+            self.m[1],
+            self.counts[0],
+            self.counts[1],
+            self.samples,
+            self.parallelism,
+            self.allocs_per_call
+        )
+    }
+
+    fn read(line: &str) -> Option<Self> {
+        let [m0, m1, c0, c1, samples, parallelism, allocs_per_call] = numbers(line)?;
+        Some(TwoRun {
+            m: [m0, m1],
+            counts: [c0 as usize, c1 as usize],
+            samples: samples as usize,
+            parallelism,
+            allocs_per_call,
+        })
+    }
+}
+
+/// The prefix of a child's result lines.
+const CHILD_LINE: &str = "peers-child: ";
+
+/// Runs `PEERS_CHILD=<spec>` in a new process of this binary (its memory
+/// placed anew) and returns its result lines.
+fn in_child(spec: &str) -> Result<Vec<String>, Box<dyn StdError>> {
+    let out = std::process::Command::new(std::env::current_exe()?)
+        .env("PEERS_CHILD", spec)
+        .stderr(std::process::Stdio::inherit())
+        .output()?;
+    if !out.status.success() {
+        return Err(format!("measuring `{spec}` failed: {}", out.status).into());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.strip_prefix(CHILD_LINE))
+        .map(str::to_owned)
+        .collect())
+}
+
+/// `PEERS_CHILD=one`: every case on one thread, taking turns
+/// (`all_cases`); `PEERS_CHILD=two:<id>`: one case on two threads. Checks
+/// that the cases ran the path they are named for, and prints the results
+/// for the parent.
+fn child(spec: &str, settings: &Settings) -> Result<(), Box<dyn StdError>> {
+    if spec == "one" {
+        let timings = all_cases(settings);
+        check_breaker()?;
+        floor::check()?;
+        for (c, t) in CASES.iter().zip(timings) {
+            let run = OneRun {
+                median_ns: t.median_ns,
+                min_ns: t.min_ns,
+                allocs_per_call: t.allocs_per_call,
+            };
+            println!("{CHILD_LINE}{} {}", c.id, run.write());
+        }
+        return Ok(());
+    }
+    let Some(id) = spec.strip_prefix("two:") else {
+        return Err(format!("PEERS_CHILD: `{spec}` is not `one` or `two:<case>`").into());
+    };
+    let c = case(id).ok_or_else(|| format!("no case `{id}`; `PEERS_LIST=1` lists them"))?;
+    // Whether the threads get to run at once depends on what else the
+    // machine runs; a run where they hardly did is tried again, twice.
+    let mut attempt = 0;
+    let (t, allocs, both) = loop {
+        attempt += 1;
+        let (t, allocs) = two_threads(c, settings);
+        let both = [
+            concurrent_samples(&t[0], &t[1]),
+            concurrent_samples(&t[1], &t[0]),
+        ];
+        if attempt == 3 || both.iter().all(|xs| xs.len() >= MIN_CONCURRENT) {
+            break (t, allocs, both);
+        }
+        eprintln!("    {id}: the threads hardly ran at once; again");
+    };
+    let counts = [both[0].len(), both[1].len()];
+    let m = both.map(|xs| {
+        if xs.len() >= MIN_CONCURRENT {
+            median(xs)
+        } else {
+            f64::NAN
+        }
+    });
+    check_ran(c)?;
+    let run = TwoRun {
+        m,
+        counts,
+        samples: settings.two_thread_samples,
+        parallelism: parallelism(&t),
+        allocs_per_call: allocs,
+    };
+    println!("{CHILD_LINE}{}", run.write());
+    Ok(())
+}
+
+/// Every case on one thread, each on a thread of its own, taking turns
+/// ([`Turns`]): one warm-up and allocation count each, then one sample
+/// each, round after round. On the README's machine the same code ran at
+/// one of two speeds for tens of milliseconds at a time (the peers too:
+/// recloser at 17 or 27 ns), so cases measured one after the other could
+/// meet different states; taking turns, every case meets the same ones.
+fn all_cases(settings: &Settings) -> Vec<Timing> {
+    let turns = Turns::new(CASES.len());
+    std::thread::scope(|s| {
+        let threads: Vec<_> = CASES
+            .iter()
+            .enumerate()
+            .map(|(k, c)| {
+                let turns = &turns;
+                s.spawn(move || {
+                    let rt = runtime();
+                    let _guard = rt.enter();
+                    // See `measure` for the phases.
+                    let sync = move |phase: u8| match phase {
+                        WARM_UP | SAMPLE => turns.wait(k),
+                        COUNTED | SAMPLED => turns.pass(),
+                        _ => {}
+                    };
+                    (c.run)(Mode::Time {
+                        warm_up: settings.warm_up,
+                        sample: settings.sample,
+                        samples: settings.samples,
+                        sync: &sync,
+                    })
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().expect("a bench thread panicked"))
+            .collect()
+    })
+}
+
+/// A case that names the breaker (the library's or the sketches') really
+/// went through it, and it stayed closed: otherwise the figures are of
+/// another path.
+fn check_ran(c: &Case) -> Result<(), Box<dyn StdError>> {
+    if c.id.starts_with("resilient_breaker") || c.id.starts_with("resilient_full") {
+        check_breaker()?;
+    }
+    if c.id.starts_with("floor_breaker") || c.id.starts_with("floor_full") {
+        floor::check()?;
+    }
+    Ok(())
+}
+
+/// The range of a case's figures over processes, `28.1–57.0`.
+fn fmt_spread(xs: &[f64]) -> String {
+    let lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if xs.is_empty() {
+        "-".to_owned()
+    } else {
+        format!("{}–{}", fmt_num(lo), fmt_num(hi))
+    }
 }
 
 fn output_path() -> Option<PathBuf> {
@@ -954,16 +1200,13 @@ fn main() -> Result<(), Box<dyn StdError>> {
         at_depth(pad, &mut || {
             (c.run)(Mode::Iters(iters));
         });
-        if c.id.starts_with("resilient_breaker") || c.id.starts_with("resilient_full") {
-            check_breaker()?;
-        }
-        if c.id.starts_with("floor_breaker") || c.id.starts_with("floor_full") {
-            floor::check()?;
-        }
-        return Ok(());
+        return check_ran(c);
     }
 
     let settings = Settings::from_env();
+    if let Ok(spec) = std::env::var("PEERS_CHILD") {
+        return child(&spec, &settings);
+    }
     if let Ok(id) = std::env::var("PEERS_TWO") {
         // One case, on one thread and then on two sharing its state: for
         // comparing builds without the whole run.
@@ -979,8 +1222,10 @@ fn main() -> Result<(), Box<dyn StdError>> {
         return Ok(());
     }
     let quick = settings.quick;
+    let procs = processes(quick)?;
     eprintln!(
-        "peers: {} cases, {} samples of ~{:?} each after {:?} of warm-up{}",
+        "peers: {} cases, in {procs} processes: {} samples of ~{:?} each after {:?} of \
+         warm-up{}",
         CASES.len(),
         settings.samples,
         settings.sample,
@@ -988,80 +1233,105 @@ fn main() -> Result<(), Box<dyn StdError>> {
         if quick { " (PEERS_QUICK)" } else { "" }
     );
 
+    // Every figure is taken in `procs` processes of its own, and the median
+    // of their medians is reported. In each, the one-thread cases take
+    // turns sample by sample (`all_cases`); the two-thread ones run one
+    // case per process.
+    let mut ones: HashMap<&str, Vec<OneRun>> = HashMap::new();
+    let mut twos: HashMap<&str, Vec<TwoRun>> = HashMap::new();
+    for round in 1..=procs {
+        eprintln!("  every case, taking turns (process {round} of {procs})");
+        for line in in_child("one")? {
+            let (id, run) = line
+                .split_once(' ')
+                .and_then(|(id, rest)| Some((case(id)?.id, OneRun::read(rest)?)))
+                .ok_or_else(|| format!("a child's result line is not understood: `{line}`"))?;
+            ones.entry(id).or_default().push(run);
+        }
+        for c in CASES.iter().filter(|c| c.two_threads) {
+            eprintln!("  {} (two threads, process {round} of {procs})", c.id);
+            let line = in_child(&format!("two:{}", c.id))?
+                .into_iter()
+                .next()
+                .and_then(|l| TwoRun::read(&l))
+                .ok_or_else(|| format!("measuring `{}` on two threads gave no result", c.id))?;
+            twos.entry(c.id).or_default().push(line);
+        }
+    }
+
     let mut one: HashMap<&str, Timing> = HashMap::new();
     let mut t1 = Table::new(&[
         "case",
         ">ns/call (median)",
         ">ns/call (min)",
+        ">processes' medians",
         ">allocs/call",
     ]);
     for c in CASES {
-        eprintln!("  {}", c.id);
-        let t = one_thread(c, &settings);
+        let runs = ones
+            .get(c.id)
+            .filter(|runs| runs.len() == procs)
+            .ok_or_else(|| format!("`{}` was not measured in every process", c.id))?;
+        let medians: Vec<f64> = runs.iter().map(|r| r.median_ns).collect();
+        let t = Timing {
+            median_ns: median(medians.clone()),
+            min_ns: runs.iter().map(|r| r.min_ns).fold(f64::INFINITY, f64::min),
+            allocs_per_call: runs.iter().map(|r| r.allocs_per_call).fold(0.0, f64::max),
+            ..Timing::default()
+        };
         t1.row(vec![
             c.label.to_owned(),
             fmt_num(t.median_ns),
             fmt_num(t.min_ns),
+            fmt_spread(&medians),
             fmt_num(t.allocs_per_call),
         ]);
         one.insert(c.id, t);
     }
 
-    check_breaker()?;
-    floor::check()?;
-
-    // Two threads: each thread's median over the samples it took while the
-    // other ran too (see `concurrent_samples`); too few such samples and
-    // the figure is not given rather than given from turns taken.
-    const MIN_CONCURRENT: usize = 5;
+    // Two threads: in each process, each thread's median over the samples
+    // it took while the other ran too (see `concurrent_samples`; too few
+    // such samples and that process gives no figure rather than one from
+    // turns taken); then the slower and the faster thread's medians over
+    // the processes.
     let mut two: HashMap<&str, [f64; 2]> = HashMap::new();
     let mut t2 = Table::new(&[
         "case, two threads sharing its state",
         ">one thread ns",
-        ">thread 1 ns",
-        ">thread 2 ns",
+        ">slower thread ns",
+        ">faster thread ns",
         ">ratio (mean)",
+        ">processes' slower threads",
         ">samples both on CPU",
         ">threads at once",
         ">allocs/call",
     ]);
     for c in CASES.iter().filter(|c| c.two_threads) {
-        // Whether the threads get to run at once depends on what else the
-        // machine runs; a run where they hardly did is tried again, twice.
-        let mut attempt = 0;
-        let (t, allocs, both) = loop {
-            attempt += 1;
-            eprintln!("  {} (two threads, run {attempt})", c.id);
-            let (t, allocs) = two_threads(c, &settings);
-            let both = [
-                concurrent_samples(&t[0], &t[1]),
-                concurrent_samples(&t[1], &t[0]),
-            ];
-            if attempt == 3 || both.iter().all(|xs| xs.len() >= MIN_CONCURRENT) {
-                break (t, allocs, both);
-            }
-        };
-        let base = one[c.id].median_ns;
-        let counts = [both[0].len(), both[1].len()];
-        let [m0, m1] = both.map(|xs| {
-            if xs.len() >= MIN_CONCURRENT {
-                median(xs)
-            } else {
-                f64::NAN
-            }
-        });
+        let runs = &twos[c.id];
+        let measured: Vec<&TwoRun> = runs
+            .iter()
+            .filter(|r| r.m.iter().all(|m| !m.is_nan()))
+            .collect();
+        let slower: Vec<f64> = measured.iter().map(|r| r.m[0].max(r.m[1])).collect();
+        let faster: Vec<f64> = measured.iter().map(|r| r.m[0].min(r.m[1])).collect();
+        let (m0, m1) = (median(slower.clone()), median(faster));
         if !m0.is_nan() && !m1.is_nan() {
             two.insert(c.id, [m0, m1]);
         }
+        let base = one[c.id].median_ns;
+        let counts: usize = runs.iter().map(|r| r.counts[0] + r.counts[1]).sum();
+        let taken: usize = runs.iter().map(|r| r.samples * 2).sum();
+        let at_once = runs.iter().map(|r| r.parallelism).sum::<f64>() / runs.len() as f64;
         t2.row(vec![
             c.label.to_owned(),
             fmt_num(base),
             fmt_num(m0),
             fmt_num(m1),
             fmt_ratio((m0 + m1) / 2.0 / base),
-            format!("{} / {}", counts[0], counts[1]),
-            format!("{:.2}", parallelism(&t)),
-            fmt_num(allocs),
+            fmt_spread(&slower),
+            format!("{counts} / {taken}"),
+            format!("{at_once:.2}"),
+            fmt_num(runs.iter().map(|r| r.allocs_per_call).fold(0.0, f64::max)),
         ]);
     }
 
@@ -1089,19 +1359,22 @@ fn main() -> Result<(), Box<dyn StdError>> {
     }
     rt.row(row);
 
-    check_breaker()?;
-    floor::check()?;
-
     let out = format!(
-        "{}\nTime per call: median over {} samples of the calling thread's CPU time \
+        "{}\nTime per call: the median over {procs} processes of each process's \
+         median over {} samples of the calling thread's CPU time \
          (`CLOCK_THREAD_CPUTIME_ID`), each sample long enough that the clock's \
-         cost does not matter, after a warm-up; release build, current-thread \
+         cost does not matter, after a warm-up (\"processes' medians\" gives \
+         their range; the minimum is over every sample). In a process the \
+         one-thread cases take turns, one sample each, so that every case \
+         meets the same states of a shared machine. Release build, current-thread \
          tokio runtime, futures polled by hand. {}This machine's cores are \
          shared with other builds, so CPU-time figures move between runs (the \
          two-thread ones most); the instruction counts of `benches/callgrind.sh` \
-         do not. Two threads: each thread's figure is the median of the \
+         do not. Two threads, one case per process: in each, each thread's figure is the median of the \
          samples it took while the other thread was on a CPU too (\"samples \
-         both on CPU\", out of {} of about {:?} per thread; \"-\" when fewer than {}); \
+         both on CPU\", over all processes, out of {} of about {:?} per thread \
+         and process; a process with fewer than {} gives no figure), and the \
+         table gives the slower and the faster thread's medians over the processes; \
          \"threads at once\" is both threads' CPU time over the wall-clock \
          time they sampled in (2 on a quiet 2-core machine; lower here, where \
          other processes take turns on the cores). A ratio is the resilient \

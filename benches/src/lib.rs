@@ -25,6 +25,7 @@ use std::fmt::Write as _;
 use std::future::Future;
 use std::hint::black_box;
 use std::pin::pin;
+use std::sync::{Condvar, Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -206,13 +207,67 @@ fn cpu_ns(since: &ThreadTime) -> f64 {
     since.elapsed().as_nanos() as f64
 }
 
+/// [`measure`]'s `sync` phases, in order.
+pub const WARM_UP: u8 = 0;
+/// After the warm-up, before the allocation count.
+pub const WARMED: u8 = 1;
+/// After the allocation count.
+pub const COUNTED: u8 = 2;
+/// Before the samples.
+pub const SAMPLES: u8 = 3;
+/// Before each sample.
+pub const SAMPLE: u8 = 4;
+/// After each sample.
+pub const SAMPLED: u8 = 5;
+
+/// Threads that take turns, round after round: thread `k` of `n` goes
+/// when every thread before it in this round has passed. Each thread must
+/// take as many turns as the others.
+#[derive(Debug)]
+pub struct Turns {
+    taken: Mutex<usize>,
+    passed: Condvar,
+    n: usize,
+}
+
+impl Turns {
+    /// Turns for `n` threads.
+    pub fn new(n: usize) -> Turns {
+        Turns {
+            taken: Mutex::new(0),
+            passed: Condvar::new(),
+            n,
+        }
+    }
+
+    /// Waits for thread `k`'s turn.
+    pub fn wait(&self, k: usize) {
+        let mut taken = self.taken.lock().unwrap_or_else(PoisonError::into_inner);
+        while *taken % self.n != k {
+            taken = self
+                .passed
+                .wait(taken)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// Ends the current turn.
+    pub fn pass(&self) {
+        *self.taken.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+        self.passed.notify_all();
+    }
+}
+
 /// Warms `call` up for `warm_up`, then returns the median and minimum CPU
 /// time per call over `samples` samples of about `sample` each, and the
 /// allocations per call seen by `alloc` over one sample's worth of calls.
 ///
-/// `sync(phase)` runs at three points: `0` after warm-up, before the
-/// allocation count; `1` after it; `2` before the samples. Two threads use
-/// it (a barrier) to count allocations and to sample at the same time.
+/// `sync(phase)` runs at these points: [`WARM_UP`] before the warm-up;
+/// [`WARMED`] after it, before the allocation count; [`COUNTED`] after
+/// that; [`SAMPLES`] before the samples; [`SAMPLE`] and [`SAMPLED`] before
+/// and after each sample. Two threads sharing a case use it (a barrier) to
+/// count allocations and to sample at the same time; cases taking turns
+/// ([`Turns`]) to take one step each in turn.
 pub fn measure<F: FnMut(u64) -> u64>(
     warm_up: Duration,
     sample: Duration,
@@ -222,6 +277,7 @@ pub fn measure<F: FnMut(u64) -> u64>(
     mut call: F,
 ) -> Timing {
     // Warm up, and learn roughly what a call costs.
+    sync(WARM_UP);
     let warm = ThreadTime::now();
     let mut calls = 0u64;
     let warm_ns = warm_up.as_nanos() as f64;
@@ -238,17 +294,18 @@ pub fn measure<F: FnMut(u64) -> u64>(
     let iters = ((sample.as_nanos() as f64 / per_call) as u64).max(100);
 
     // Allocations, counted before the samples' vector exists.
-    sync(0);
+    sync(WARMED);
     let region = Region::new(alloc);
     for i in 0..iters {
         black_box(call(black_box(i)));
     }
     let allocs = region.change().allocations as f64 / iters as f64;
-    sync(1);
+    sync(COUNTED);
 
     let mut taken = Vec::with_capacity(samples);
-    sync(2);
+    sync(SAMPLES);
     for j in 0..samples {
+        sync(SAMPLE);
         let start = Instant::now();
         let t = ThreadTime::now();
         // Each sample at another depth of the stack (see `at_depth`).
@@ -258,9 +315,11 @@ pub fn measure<F: FnMut(u64) -> u64>(
             }
         });
         let cpu = cpu_ns(&t);
+        let end = Instant::now();
+        sync(SAMPLED);
         taken.push(Sample {
             start,
-            end: Instant::now(),
+            end,
             cpu_ns: cpu,
             ns_per_call: cpu / iters as f64,
         });
