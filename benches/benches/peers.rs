@@ -974,7 +974,7 @@ fn all_cases(settings: &Settings) -> Vec<Timing> {
                     // See `measure` for the phases.
                     let sync = move |phase: u8| match phase {
                         WARM_UP | SAMPLE => turns.wait(k),
-                        COUNTED | SAMPLED => turns.pass(),
+                        COUNTED | SAMPLED => turns.pass(k),
                         _ => {}
                     };
                     (c.run)(Mode::Time {

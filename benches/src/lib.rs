@@ -221,40 +221,41 @@ pub const SAMPLE: u8 = 4;
 pub const SAMPLED: u8 = 5;
 
 /// Threads that take turns, round after round: thread `k` of `n` goes
-/// when every thread before it in this round has passed. Each thread must
-/// take as many turns as the others.
+/// once thread `k - 1` has passed (thread 0 first, then after thread
+/// `n - 1`). Each thread must take as many turns as the others. Only the
+/// next thread is woken at each pass, so that a pass costs the same for
+/// any number of threads.
 #[derive(Debug)]
 pub struct Turns {
-    taken: Mutex<usize>,
-    passed: Condvar,
-    n: usize,
+    /// Per thread: whether its turn has come, and where it waits for it.
+    slots: Vec<(Mutex<bool>, Condvar)>,
 }
 
 impl Turns {
     /// Turns for `n` threads.
     pub fn new(n: usize) -> Turns {
         Turns {
-            taken: Mutex::new(0),
-            passed: Condvar::new(),
-            n,
+            slots: (0..n)
+                .map(|k| (Mutex::new(k == 0), Condvar::new()))
+                .collect(),
         }
     }
 
     /// Waits for thread `k`'s turn.
     pub fn wait(&self, k: usize) {
-        let mut taken = self.taken.lock().unwrap_or_else(PoisonError::into_inner);
-        while *taken % self.n != k {
-            taken = self
-                .passed
-                .wait(taken)
-                .unwrap_or_else(PoisonError::into_inner);
+        let (mine, woken) = &self.slots[k];
+        let mut go = mine.lock().unwrap_or_else(PoisonError::into_inner);
+        while !*go {
+            go = woken.wait(go).unwrap_or_else(PoisonError::into_inner);
         }
+        *go = false;
     }
 
-    /// Ends the current turn.
-    pub fn pass(&self) {
-        *self.taken.lock().unwrap_or_else(PoisonError::into_inner) += 1;
-        self.passed.notify_all();
+    /// Ends thread `k`'s turn: the next thread goes.
+    pub fn pass(&self, k: usize) {
+        let (next, woken) = &self.slots[(k + 1) % self.slots.len()];
+        *next.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        woken.notify_one();
     }
 }
 
