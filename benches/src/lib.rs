@@ -341,18 +341,12 @@ pub const STACK_OFFSETS: usize = 16;
 /// Runs `f` `depth` frames deeper on the stack (each frame of one fixed
 /// size, a few dozen bytes).
 ///
-/// On the AMD machine of the README's tables, the same binary measured 35
-/// or 57 ns a call for the `retries` case from one process to the next,
-/// and the breaker case about 105 or 180: where the process's memory is
-/// placed (the stack, randomised to 16 bytes within its page, the heap,
-/// the thread-locals) changes how the future, kept on the stack, falls
-/// against thread-locals and statics in the caches. With randomisation off
-/// (`setarch -R`), shifting the stack by whole frames moved the figure
-/// between the same two levels. The samples of [`measure`] rotate through
-/// [`STACK_OFFSETS`] depths, so that a median is not that of one stack
-/// placement; the rest of a process's placement still varies from run to
-/// run, and a run's figures fall at one level or the other (the README
-/// gives the levels of six runs).
+/// The samples of [`measure`] rotate through [`STACK_OFFSETS`] depths, so
+/// that a median is not that of one placement of the stack. (On the AMD
+/// machine of the README's tables, two speeds of the same binary were
+/// first read as placement; they turned out to be the machine's two
+/// virtual CPUs. The rotation stays: it costs nothing and removes one
+/// cause of difference between processes.)
 #[inline(never)]
 pub fn at_depth(depth: usize, f: &mut dyn FnMut()) {
     if depth == 0 {
