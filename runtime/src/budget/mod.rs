@@ -49,6 +49,24 @@ pub(crate) const MAX_WINDOW: Duration = Duration::from_secs(24 * 60 * 60);
 /// The shortest window accepted: `window_ms` counts whole milliseconds.
 pub(crate) const MIN_WINDOW: Duration = Duration::from_millis(1);
 
+/// A window outside [`MIN_WINDOW`]..=[`MAX_WINDOW`], as a start-up error
+/// shows it (budgets and throttles alike): a window set in code below a
+/// millisecond as given (`1ns`), not as the `0` of its whole
+/// milliseconds; any other in milliseconds. `None` for a window in range.
+pub(crate) fn window_out_of_range(window: Duration) -> Option<impl fmt::Display> {
+    struct Shown(Duration);
+    impl fmt::Display for Shown {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            if self.0 < MIN_WINDOW && !self.0.is_zero() {
+                write!(f, "{:?}", self.0)
+            } else {
+                write!(f, "{}", self.0.as_millis())
+            }
+        }
+    }
+    (window < MIN_WINDOW || window > MAX_WINDOW).then_some(Shown(window))
+}
+
 const DEFAULT_RATIO: f64 = 0.1;
 const DEFAULT_WINDOW: Duration = Duration::from_secs(10);
 const DEFAULT_MIN_RETRIES_PER_SECOND: u32 = 10;
@@ -261,17 +279,10 @@ impl BudgetConfig {
                     );
                 }
                 let window = self.window_value();
-                if window < MIN_WINDOW || window > MAX_WINDOW {
-                    // A window set in code below a millisecond is shown as
-                    // given (`1ns`), not as the `0` of its whole ms.
-                    let shown: &dyn fmt::Display = if window < MIN_WINDOW && !window.is_zero() {
-                        &format_args!("{window:?}")
-                    } else {
-                        &window.as_millis()
-                    };
+                if let Some(shown) = window_out_of_range(window) {
                     refuse(
                         "window_ms",
-                        shown,
+                        &shown,
                         format!(
                             "must be at least 1 ms and at most {} (a day)",
                             MAX_WINDOW.as_millis()

@@ -23,7 +23,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::budget::window::{self, Window};
-use crate::budget::{MAX_WINDOW, MIN_WINDOW};
+use crate::budget::{MAX_WINDOW, window_out_of_range};
 use crate::config::{ConfigError, Problem};
 use crate::sync::atomic::{AtomicU64, Ordering};
 
@@ -97,15 +97,7 @@ impl ThrottleConfig {
                  would shed calls the backend accepts",
             ));
         }
-        if self.window < MIN_WINDOW || self.window > MAX_WINDOW {
-            // A window set in code below a millisecond is shown as given
-            // (`1ns`), not as the `0` of its whole milliseconds.
-            let shown: &dyn std::fmt::Display =
-                if self.window < MIN_WINDOW && !self.window.is_zero() {
-                    &format_args!("{:?}", self.window)
-                } else {
-                    &self.window.as_millis()
-                };
+        if let Some(shown) = window_out_of_range(self.window) {
             problems.push(Problem::new(
                 SECTION,
                 name,
