@@ -259,8 +259,8 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
         .as_ref()
         .filter(|r| r.value > 0 && args.idempotent.is_none() && !always_keyed);
     if let Some(r) = unsafe_retries {
-        match key_params.first() {
-            Some(&i) if unnamed(&i) => errors.push_spanned(
+        match key_params.first().map(|&i| (i, marked_unused(&i))) {
+            Some((i, _)) if unnamed(&i) => errors.push_spanned(
                 &sig.inputs[i],
                 format!(
                     "`{}` may not be retried with this idempotency key: its pattern binds no name (`_`, `&_`, `Key {{ .. }}`), so the body cannot send it and the server could not recognise a retry as a repeat; name it (`key: {}`) and send it with the request, or add `idempotent` if running the function twice is harmless",
@@ -271,20 +271,19 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
                     }
                 ),
             ),
-            Some(&i) if !conditional(&i) && marked_unused(&i).is_some() => errors.push_spanned(
+            Some((i, Some(name))) if !conditional(&i) => errors.push_spanned(
                 &sig.inputs[i],
                 format!(
-                    "`{}` may not be retried with this idempotency key: its name `{}` starts with `_`, which marks it unused, so the body does not send it and the server could not recognise a retry as a repeat; name it without the underscore (`{}`) and send it with the request, or add `idempotent` if running the function twice is harmless",
+                    "`{}` may not be retried with this idempotency key: its name `{name}` starts with `_`, which marks it unused, so the body does not send it and the server could not recognise a retry as a repeat; name it without the underscore (`{}`) and send it with the request, or add `idempotent` if running the function twice is harmless",
                     sig.ident,
-                    marked_unused(&i).unwrap_or_default(),
                     // `__` leaves nothing: suggest a name.
-                    Some(marked_unused(&i).unwrap_or_default())
-                        .map(|n| n.trim_start_matches('_').to_owned())
-                        .filter(|n| !n.is_empty())
-                        .unwrap_or_else(|| "key".to_owned()),
+                    match name.trim_start_matches('_') {
+                        "" => "key",
+                        rest => rest,
+                    },
                 ),
             ),
-            Some(&i) => errors.push_spanned(
+            Some((i, _)) => errors.push_spanned(
                 &sig.inputs[i],
                 format!(
                     "`{}` may not be retried with this idempotency key: it is under `{}`, and where it is compiled out the function would still be retried, with no key, and a retry could repeat its side effect; take the key whatever the configuration, or add `idempotent` if running it twice is harmless",
