@@ -709,10 +709,10 @@ impl BreakerPermit<'_> {
     /// then leaves alone: the lean path's permit was written field by field
     /// moments before, and moving it out whole to record it stalled the
     /// copy's loads on AMD processors.
-    #[inline]
     ///
     /// A transition the record makes is announced inside `span` (the
     /// call's), entered only then: the steady path enters no span here.
+    #[inline]
     #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
     pub(crate) fn record_in_place(
         &mut self,
