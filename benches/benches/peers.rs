@@ -17,7 +17,7 @@
 //! with like.
 //!
 //! ```text
-//! cargo bench -p resilient-benches --bench peers            # full run, about 4 min
+//! cargo bench -p resilient-benches --bench peers            # full run, about 3.5 min
 //! PEERS_PROCS=1 cargo bench -p resilient-benches --bench peers   # one process
 //! PEERS_QUICK=1 cargo bench -p resilient-benches --bench peers   # smoke run
 //! PEERS_MD=target/peers.md cargo bench ...                   # Markdown copy
@@ -803,13 +803,6 @@ fn processes(quick: bool) -> Result<usize, Box<dyn StdError>> {
     }
 }
 
-/// What one process measured of a case on one thread.
-struct OneRun {
-    median_ns: f64,
-    min_ns: f64,
-    allocs_per_call: f64,
-}
-
 /// What one process measured of a case on two threads sharing its state.
 struct TwoRun {
     /// Each thread's median over its samples taken while the other ran too
@@ -817,8 +810,6 @@ struct TwoRun {
     m: [f64; 2],
     /// How many samples that was, per thread.
     counts: [usize; 2],
-    /// Samples each thread took.
-    samples: usize,
     parallelism: f64,
     allocs_per_call: f64,
 }
@@ -832,44 +823,41 @@ fn numbers<const N: usize>(line: &str) -> Option<[f64; N]> {
     xs.try_into().ok()
 }
 
-impl OneRun {
-    fn write(&self) -> String {
-        format!(
-            "{} {} {}",
-            self.median_ns, self.min_ns, self.allocs_per_call
-        )
-    }
+/// A one-thread timing as a child prints it, and its parent reads it
+/// back: the median, the minimum and the allocations per call.
+fn timing_line(t: &Timing) -> String {
+    format!("{} {} {}", t.median_ns, t.min_ns, t.allocs_per_call)
+}
 
-    fn read(line: &str) -> Option<Self> {
-        let [median_ns, min_ns, allocs_per_call] = numbers(line)?;
-        Some(OneRun {
-            median_ns,
-            min_ns,
-            allocs_per_call,
-        })
-    }
+/// [`timing_line`] read back.
+fn timing_of(line: &str) -> Option<Timing> {
+    let [median_ns, min_ns, allocs_per_call] = numbers(line)?;
+    Some(Timing {
+        median_ns,
+        min_ns,
+        allocs_per_call,
+        ..Timing::default()
+    })
 }
 
 impl TwoRun {
     fn write(&self) -> String {
         format!(
-            "{} {} {} {} {} {} {}",
+            "{} {} {} {} {} {}",
             self.m[0],
             self.m[1],
             self.counts[0],
             self.counts[1],
-            self.samples,
             self.parallelism,
             self.allocs_per_call
         )
     }
 
     fn read(line: &str) -> Option<Self> {
-        let [m0, m1, c0, c1, samples, parallelism, allocs_per_call] = numbers(line)?;
+        let [m0, m1, c0, c1, parallelism, allocs_per_call] = numbers(line)?;
         Some(TwoRun {
             m: [m0, m1],
             counts: [c0 as usize, c1 as usize],
-            samples: samples as usize,
             parallelism,
             allocs_per_call,
         })
@@ -879,8 +867,8 @@ impl TwoRun {
 /// The prefix of a child's result lines.
 const CHILD_LINE: &str = "peers-child: ";
 
-/// Runs `PEERS_CHILD=<spec>` in a new process of this binary (its memory
-/// placed anew) and returns its result lines.
+/// Runs `PEERS_CHILD=<spec>` in a new process of this binary and returns
+/// its result lines.
 fn in_child(spec: &str) -> Result<Vec<String>, Box<dyn StdError>> {
     let out = std::process::Command::new(std::env::current_exe()?)
         .env("PEERS_CHILD", spec)
@@ -905,13 +893,8 @@ fn child(spec: &str, settings: &Settings) -> Result<(), Box<dyn StdError>> {
         let timings = all_cases(settings);
         check_breaker()?;
         floor::check()?;
-        for (c, t) in CASES.iter().zip(timings) {
-            let run = OneRun {
-                median_ns: t.median_ns,
-                min_ns: t.min_ns,
-                allocs_per_call: t.allocs_per_call,
-            };
-            println!("{CHILD_LINE}{} {}", c.id, run.write());
+        for (c, t) in CASES.iter().zip(&timings) {
+            println!("{CHILD_LINE}{} {}", c.id, timing_line(t));
         }
         return Ok(());
     }
@@ -919,6 +902,14 @@ fn child(spec: &str, settings: &Settings) -> Result<(), Box<dyn StdError>> {
         return Err(format!("PEERS_CHILD: `{spec}` is not `one` or `two:<case>`").into());
     };
     let c = case(id).ok_or_else(|| format!("no case `{id}`; `PEERS_LIST=1` lists them"))?;
+    let run = two_run(c, settings);
+    check_ran(c)?;
+    println!("{CHILD_LINE}{}", run.write());
+    Ok(())
+}
+
+/// Case `c` on two threads sharing its state, in this process.
+fn two_run(c: &Case, settings: &Settings) -> TwoRun {
     // Whether the threads get to run at once depends on what else the
     // machine runs; a run where they hardly did is tried again, twice.
     let mut attempt = 0;
@@ -932,7 +923,7 @@ fn child(spec: &str, settings: &Settings) -> Result<(), Box<dyn StdError>> {
         if attempt == 3 || both.iter().all(|xs| xs.len() >= MIN_CONCURRENT) {
             break (t, allocs, both);
         }
-        eprintln!("    {id}: the threads hardly ran at once; again");
+        eprintln!("    {}: the threads hardly ran at once; again", c.id);
     };
     let counts = [both[0].len(), both[1].len()];
     let m = both.map(|xs| {
@@ -942,16 +933,12 @@ fn child(spec: &str, settings: &Settings) -> Result<(), Box<dyn StdError>> {
             f64::NAN
         }
     });
-    check_ran(c)?;
-    let run = TwoRun {
+    TwoRun {
         m,
         counts,
-        samples: settings.two_thread_samples,
         parallelism: parallelism(&t),
         allocs_per_call: allocs,
-    };
-    println!("{CHILD_LINE}{}", run.write());
-    Ok(())
+    }
 }
 
 /// Every case on one thread, each on a thread of its own, taking turns
@@ -1212,12 +1199,7 @@ fn main() -> Result<(), Box<dyn StdError>> {
         // comparing builds without the whole run.
         let c = case(&id).ok_or_else(|| format!("no case `{id}`; `PEERS_LIST=1` lists them"))?;
         let one = one_thread(c, &settings).median_ns;
-        let (t, _) = two_threads(c, &settings);
-        let both = [
-            concurrent_samples(&t[0], &t[1]),
-            concurrent_samples(&t[1], &t[0]),
-        ];
-        let [m0, m1] = both.map(median);
+        let [m0, m1] = two_run(c, &settings).m;
         println!("{id}: one thread {one:.1} ns, two threads {m0:.1} and {m1:.1} ns");
         return Ok(());
     }
@@ -1237,14 +1219,14 @@ fn main() -> Result<(), Box<dyn StdError>> {
     // of their medians is reported. In each, the one-thread cases take
     // turns sample by sample (`all_cases`); the two-thread ones run one
     // case per process.
-    let mut ones: HashMap<&str, Vec<OneRun>> = HashMap::new();
+    let mut ones: HashMap<&str, Vec<Timing>> = HashMap::new();
     let mut twos: HashMap<&str, Vec<TwoRun>> = HashMap::new();
     for round in 1..=procs {
         eprintln!("  every case, taking turns (process {round} of {procs})");
         for line in in_child("one")? {
             let (id, run) = line
                 .split_once(' ')
-                .and_then(|(id, rest)| Some((case(id)?.id, OneRun::read(rest)?)))
+                .and_then(|(id, rest)| Some((case(id)?.id, timing_of(rest)?)))
                 .ok_or_else(|| format!("a child's result line is not understood: `{line}`"))?;
             ones.entry(id).or_default().push(run);
         }
@@ -1320,7 +1302,7 @@ fn main() -> Result<(), Box<dyn StdError>> {
         }
         let base = one[c.id].median_ns;
         let counts: usize = runs.iter().map(|r| r.counts[0] + r.counts[1]).sum();
-        let taken: usize = runs.iter().map(|r| r.samples * 2).sum();
+        let taken = runs.len() * settings.two_thread_samples * 2;
         let at_once = runs.iter().map(|r| r.parallelism).sum::<f64>() / runs.len() as f64;
         t2.row(vec![
             c.label.to_owned(),
