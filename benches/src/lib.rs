@@ -345,8 +345,9 @@ pub const STACK_OFFSETS: usize = 16;
 /// that a median is not that of one placement of the stack. (On the AMD
 /// machine of the README's tables, two speeds of the same binary were
 /// first read as placement; they turned out to be the machine's two
-/// virtual CPUs. The rotation stays: it costs nothing and removes one
-/// cause of difference between processes.)
+/// virtual CPUs. The rotation stays: a median over sixteen placements of
+/// the stack is no worse than one over a single placement, and
+/// `PEERS_PAD` runs a case at one chosen depth.)
 #[inline(never)]
 pub fn at_depth(depth: usize, f: &mut dyn FnMut()) {
     if depth == 0 {
