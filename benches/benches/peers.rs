@@ -9,15 +9,20 @@
 //! global allocator. The cases that share state between threads (a breaker,
 //! an atomic) are measured again on two threads at once.
 //!
-//! Each figure is the median over several processes (3; `PEERS_PROCS`),
-//! and within a process the one-thread cases take turns sample by sample
-//! (`all_cases`): on the README's machine the same code ran at one of two
-//! speeds for tens of milliseconds at a time, so that cases measured one
-//! after the other met different states and their ratios were not of like
-//! with like.
+//! Each figure is the median over several processes (two per CPU;
+//! `PEERS_PROCS`), each pinned to one CPU, the CPUs in turn (`pinning`;
+//! `PEERS_PIN=0` leaves them free). Within a process the one-thread cases
+//! take turns sample by sample (`all_cases`): on the README's machine the
+//! same code ran at one of two speeds, for tens of milliseconds to minutes
+//! at a time, on one CPU or on both, as the host's other work came and
+//! went, so that cases measured one after the other met different states
+//! and their ratios were not of like with like. For the same reason a
+//! two-thread process takes turns too (`two_run`): each thread alone, then
+//! both at once, round after round, and a thread's two-thread figure is
+//! set against its own figure alone.
 //!
 //! ```text
-//! cargo bench -p resilient-benches --bench peers            # full run, about 3.5 min
+//! cargo bench -p resilient-benches --bench peers            # full run, about 2.5 min
 //! PEERS_PROCS=1 cargo bench -p resilient-benches --bench peers   # one process
 //! PEERS_QUICK=1 cargo bench -p resilient-benches --bench peers   # smoke run
 //! PEERS_MD=target/peers.md cargo bench ...                   # Markdown copy
@@ -26,6 +31,7 @@
 //! PEERS_PAD=<k> PEERS_CASE=<id> PEERS_ITERS=<n> <bench binary> # k frames deeper
 //! PEERS_TWO=<id> <bench binary>                               # one case, 1 and 2 threads
 //! PEERS_CHILD=one <bench binary>                              # one process of the run
+//! PEERS_CHILD=one@1 <bench binary>                            # the same, pinned to CPU 1
 //! PEERS_INSTRUCTIONS=<file> <bench binary>                   # render counts
 //! ```
 //!
@@ -138,9 +144,9 @@ use std::time::Duration;
 
 use resilient::{BreakerConfig, BudgetConfig, BulkheadConfig, Registry, resilient};
 use resilient_benches::{
-    COUNTED, SAMPLE, SAMPLED, SAMPLES, Settings, Table, Timing, Turns, WARM_UP, WARMED, at_depth,
-    concurrent_samples, fmt_num, fmt_ratio, locked_versions, machine, measure, median, parallelism,
-    poll_to_end, run_iters,
+    COUNTED, SAMPLE, SAMPLED, SAMPLES, Settings, Table, Timing, Turns, WARM_UP, WARMED,
+    allowed_cpus, at_depth, concurrent_samples, fmt_num, fmt_ratio, locked_versions, machine,
+    measure, median, parallelism, pin_to, poll_to_end, run_iters,
 };
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 use tower::{Service, ServiceBuilder};
@@ -725,21 +731,10 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("a current-thread runtime")
 }
 
-fn one_thread(c: &Case, settings: &Settings) -> Timing {
-    let rt = runtime();
-    let _guard = rt.enter();
-    (c.run)(Mode::Time {
-        warm_up: settings.warm_up,
-        sample: settings.sample,
-        samples: settings.samples,
-        sync: &|_| {},
-    })
-}
-
 /// Two threads run the case at once, each with its own runtime, sharing the
 /// case's state. Returns each thread's timing and the allocations per call
 /// over both threads, counted while both call.
-fn two_threads(c: &Case, settings: &Settings) -> ([Timing; 2], f64) {
+fn two_threads(c: &Case, settings: &Settings, pins: [Option<usize>; 2]) -> ([Timing; 2], f64) {
     let barrier = Barrier::new(3);
     // measure() calls sync(WARMED) before its allocation count,
     // sync(COUNTED) after it, sync(SAMPLES) before its samples. Two waits at
@@ -756,16 +751,21 @@ fn two_threads(c: &Case, settings: &Settings) -> ([Timing; 2], f64) {
         _ => {}
     };
     std::thread::scope(|s| {
-        let threads: Vec<_> = (0..2)
-            .map(|_| {
-                s.spawn(|| {
+        let threads: Vec<_> = pins
+            .into_iter()
+            .map(|pin| {
+                let sync = &sync;
+                s.spawn(move || {
+                    if let Some(cpu) = pin {
+                        pin_to(cpu).unwrap_or_else(|e| panic!("pinning to CPU {cpu}: {e}"));
+                    }
                     let rt = runtime();
                     let _guard = rt.enter();
                     (c.run)(Mode::Time {
                         warm_up: settings.warm_up,
                         sample: settings.two_thread_sample,
                         samples: settings.two_thread_samples,
-                        sync: &sync,
+                        sync,
                     })
                 })
             })
@@ -790,11 +790,16 @@ fn two_threads(c: &Case, settings: &Settings) -> ([Timing; 2], f64) {
 /// took this many samples while the other was on a CPU too.
 const MIN_CONCURRENT: usize = 5;
 
-/// How many processes measure each case: `PEERS_PROCS`, else 3 (1 for a
-/// quick run).
-fn processes(quick: bool) -> Result<usize, Box<dyn StdError>> {
+/// How many processes measure each case: `PEERS_PROCS`, else two per CPU
+/// pinned to (one for a quick run), or 3 (1) unpinned.
+fn processes(quick: bool, cpus: usize) -> Result<usize, Box<dyn StdError>> {
     match std::env::var("PEERS_PROCS") {
-        Err(std::env::VarError::NotPresent) => Ok(if quick { 1 } else { 3 }),
+        Err(std::env::VarError::NotPresent) => Ok(match (quick, cpus) {
+            (true, 0) => 1,
+            (false, 0) => 3,
+            (true, n) => n,
+            (false, n) => 2 * n,
+        }),
         Err(e) => Err(format!("PEERS_PROCS: {e}").into()),
         Ok(v) => match v.parse::<usize>() {
             Ok(n) if n > 0 => Ok(n),
@@ -808,10 +813,66 @@ struct TwoRun {
     /// Each thread's median over its samples taken while the other ran too
     /// (`NaN` with fewer than `MIN_CONCURRENT` of them).
     m: [f64; 2],
+    /// Each thread's median over its samples taken alone, in the same
+    /// rounds.
+    alone: [f64; 2],
     /// How many samples that was, per thread.
     counts: [usize; 2],
     parallelism: f64,
     allocs_per_call: f64,
+    /// The CPU each thread was pinned to (set by the parent, which chose
+    /// them).
+    cpus: [Option<usize>; 2],
+}
+
+/// The CPUs the measuring processes are pinned to, in turn: those this
+/// process may run on, the first [`MAX_PINNED`] of them; none (every
+/// thread free to move) on a single CPU or with `PEERS_PIN=0`.
+///
+/// On the README's machine the two virtual CPUs ran the same code at two
+/// speeds (the breaker case at 97 or 160 ns), and a thread free to move
+/// met both in proportions that changed from run to run. Pinned, each
+/// figure is of one CPU, the table shows each CPU's, and a two-thread
+/// figure is compared with one thread on the same CPU.
+fn pinning() -> Result<Vec<usize>, Box<dyn StdError>> {
+    if std::env::var("PEERS_PIN").is_ok_and(|v| v == "0") {
+        return Ok(Vec::new());
+    }
+    let mut cpus = allowed_cpus().map_err(|e| format!("reading this process's CPUs: {e}"))?;
+    cpus.truncate(MAX_PINNED);
+    Ok(if cpus.len() >= 2 { cpus } else { Vec::new() })
+}
+
+/// At most this many CPUs take turns measuring (two processes each by
+/// default): enough to show whether CPUs differ, few enough for a run on
+/// a large machine to stay short.
+const MAX_PINNED: usize = 4;
+
+/// A child's spec with the CPUs it is pinned to: `one@1`, `two:<id>@0,1`.
+fn pinned_spec(spec: &str, cpus: &[usize]) -> String {
+    if cpus.is_empty() {
+        return spec.to_owned();
+    }
+    let list: Vec<String> = cpus.iter().map(usize::to_string).collect();
+    format!("{spec}@{}", list.join(","))
+}
+
+/// [`pinned_spec`] read back.
+fn spec_cpus(spec: &str) -> Result<(&str, Vec<usize>), Box<dyn StdError>> {
+    let Some((what, list)) = spec.split_once('@') else {
+        return Ok((spec, Vec::new()));
+    };
+    let cpus = list
+        .split(',')
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("PEERS_CHILD: `{spec}`: CPUs: {e}"))?;
+    Ok((what, cpus))
+}
+
+/// A CPU's name in the tables: `CPU 1`, or `any` when unpinned.
+fn cpu_name(cpu: Option<usize>) -> String {
+    cpu.map_or_else(|| "any".to_owned(), |c| format!("CPU {c}"))
 }
 
 fn numbers<const N: usize>(line: &str) -> Option<[f64; N]> {
@@ -843,9 +904,11 @@ fn timing_of(line: &str) -> Option<Timing> {
 impl TwoRun {
     fn write(&self) -> String {
         format!(
-            "{} {} {} {} {} {}",
+            "{} {} {} {} {} {} {} {}",
             self.m[0],
             self.m[1],
+            self.alone[0],
+            self.alone[1],
             self.counts[0],
             self.counts[1],
             self.parallelism,
@@ -854,12 +917,14 @@ impl TwoRun {
     }
 
     fn read(line: &str) -> Option<Self> {
-        let [m0, m1, c0, c1, parallelism, allocs_per_call] = numbers(line)?;
+        let [m0, m1, a0, a1, c0, c1, parallelism, allocs_per_call] = numbers(line)?;
         Some(TwoRun {
             m: [m0, m1],
+            alone: [a0, a1],
             counts: [c0 as usize, c1 as usize],
             parallelism,
             allocs_per_call,
+            cpus: [None, None],
         })
     }
 }
@@ -885,11 +950,18 @@ fn in_child(spec: &str) -> Result<Vec<String>, Box<dyn StdError>> {
 }
 
 /// `PEERS_CHILD=one`: every case on one thread, taking turns
-/// (`all_cases`); `PEERS_CHILD=two:<id>`: one case on two threads. Checks
+/// (`all_cases`); `PEERS_CHILD=two:<id>`: one case on two threads; either
+/// pinned as [`pinned_spec`] writes it (`one@1`: every thread on CPU 1;
+/// `two:<id>@0,1`: the first thread on CPU 0, the second on CPU 1). Checks
 /// that the cases ran the path they are named for, and prints the results
 /// for the parent.
 fn child(spec: &str, settings: &Settings) -> Result<(), Box<dyn StdError>> {
+    let (spec, cpus) = spec_cpus(spec)?;
     if spec == "one" {
+        // The case threads, started after this, inherit it.
+        if let Some(&cpu) = cpus.first() {
+            pin_to(cpu).map_err(|e| format!("pinning to CPU {cpu}: {e}"))?;
+        }
         let timings = all_cases(settings);
         check_breaker()?;
         floor::check()?;
@@ -902,43 +974,97 @@ fn child(spec: &str, settings: &Settings) -> Result<(), Box<dyn StdError>> {
         return Err(format!("PEERS_CHILD: `{spec}` is not `one` or `two:<case>`").into());
     };
     let c = case(id).ok_or_else(|| format!("no case `{id}`; `PEERS_LIST=1` lists them"))?;
-    let run = two_run(c, settings);
+    let run = two_run(c, settings, [cpus.first().copied(), cpus.get(1).copied()]);
     check_ran(c)?;
     println!("{CHILD_LINE}{}", run.write());
     Ok(())
 }
 
-/// Case `c` on two threads sharing its state, in this process.
-fn two_run(c: &Case, settings: &Settings) -> TwoRun {
+/// How many rounds a two-thread run takes: in each, the case runs on
+/// each thread alone, then on both at once.
+const TWO_ROUNDS: usize = 10;
+
+/// Case `c` on two threads sharing its state, in this process, each thread
+/// pinned as `pins` says, next to the same case on each of those threads
+/// alone.
+///
+/// The run is [`TWO_ROUNDS`] rounds of three phases: thread 0 alone,
+/// thread 1 alone, both at once (a third of the samples each). The speed
+/// of this machine's CPUs changes with what else its host runs, for tens
+/// of milliseconds to minutes at a time; taking the phases in turn, each
+/// thread's figure alone and with the other thread meet the same states,
+/// so their ratio is what the second thread costs.
+fn two_run(c: &Case, settings: &Settings, pins: [Option<usize>; 2]) -> TwoRun {
+    let round = Settings {
+        warm_up: settings.warm_up / TWO_ROUNDS as u32,
+        two_thread_samples: (settings.two_thread_samples / (3 * TWO_ROUNDS)).max(1),
+        ..*settings
+    };
     // Whether the threads get to run at once depends on what else the
     // machine runs; a run where they hardly did is tried again, twice.
     let mut attempt = 0;
-    let (t, allocs, both) = loop {
+    loop {
         attempt += 1;
-        let (t, allocs) = two_threads(c, settings);
-        let both = [
-            concurrent_samples(&t[0], &t[1]),
-            concurrent_samples(&t[1], &t[0]),
-        ];
-        if attempt == 3 || both.iter().all(|xs| xs.len() >= MIN_CONCURRENT) {
-            break (t, allocs, both);
+        let mut alone = [Vec::new(), Vec::new()];
+        let mut both = [Vec::new(), Vec::new()];
+        let mut timings = Vec::new();
+        let mut allocs = 0.0f64;
+        for _ in 0..TWO_ROUNDS {
+            for (i, pin) in pins.into_iter().enumerate() {
+                let t = thread_alone(c, &round, pin);
+                alone[i].extend(t.samples.iter().map(|s| s.ns_per_call));
+            }
+            let (t, a) = two_threads(c, &round, pins);
+            allocs = allocs.max(a);
+            both[0].extend(concurrent_samples(&t[0], &t[1]));
+            both[1].extend(concurrent_samples(&t[1], &t[0]));
+            timings.push(t);
         }
-        eprintln!("    {}: the threads hardly ran at once; again", c.id);
-    };
-    let counts = [both[0].len(), both[1].len()];
-    let m = both.map(|xs| {
-        if xs.len() >= MIN_CONCURRENT {
-            median(xs)
-        } else {
-            f64::NAN
+        let enough = both.iter().all(|xs| xs.len() >= MIN_CONCURRENT);
+        if attempt < 3 && !enough {
+            eprintln!("    {}: the threads hardly ran at once; again", c.id);
+            continue;
         }
-    });
-    TwoRun {
-        m,
-        counts,
-        parallelism: parallelism(&t),
-        allocs_per_call: allocs,
+        let counts = [both[0].len(), both[1].len()];
+        let m = both.map(|xs| {
+            if xs.len() >= MIN_CONCURRENT {
+                median(xs)
+            } else {
+                f64::NAN
+            }
+        });
+        let at_once: f64 = timings.iter().map(|t| parallelism(t)).sum::<f64>() / TWO_ROUNDS as f64;
+        return TwoRun {
+            m,
+            alone: alone.map(median),
+            counts,
+            parallelism: at_once,
+            allocs_per_call: allocs,
+            cpus: pins,
+        };
     }
+}
+
+/// Case `c` on one new thread, pinned to `pin`, for `settings`' two-thread
+/// samples: the figure alone that [`two_run`] sets each thread's against.
+fn thread_alone(c: &Case, settings: &Settings, pin: Option<usize>) -> Timing {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            if let Some(cpu) = pin {
+                pin_to(cpu).unwrap_or_else(|e| panic!("pinning to CPU {cpu}: {e}"));
+            }
+            let rt = runtime();
+            let _guard = rt.enter();
+            (c.run)(Mode::Time {
+                warm_up: settings.warm_up,
+                sample: settings.two_thread_sample,
+                samples: settings.two_thread_samples,
+                sync: &|_| {},
+            })
+        })
+        .join()
+        .expect("a bench thread panicked")
+    })
 }
 
 /// Every case on one thread, each on a thread of its own, taking turns
@@ -994,6 +1120,17 @@ fn check_ran(c: &Case) -> Result<(), Box<dyn StdError>> {
 }
 
 /// The range of a case's figures over processes, `28.1–57.0`.
+/// The range of ratios, `1.02x–1.10x`.
+fn fmt_spread_ratio(xs: &[f64]) -> String {
+    let lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if xs.is_empty() {
+        "-".to_owned()
+    } else {
+        format!("{}–{}", fmt_ratio(lo), fmt_ratio(hi))
+    }
+}
+
 fn fmt_spread(xs: &[f64]) -> String {
     let lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -1198,16 +1335,23 @@ fn main() -> Result<(), Box<dyn StdError>> {
         // One case, on one thread and then on two sharing its state: for
         // comparing builds without the whole run.
         let c = case(&id).ok_or_else(|| format!("no case `{id}`; `PEERS_LIST=1` lists them"))?;
-        let one = one_thread(c, &settings).median_ns;
-        let [m0, m1] = two_run(c, &settings).m;
-        println!("{id}: one thread {one:.1} ns, two threads {m0:.1} and {m1:.1} ns");
+        let run = two_run(c, &settings, [None, None]);
+        let ([m0, m1], [a0, a1]) = (run.m, run.alone);
+        println!("{id}: two threads {m0:.1} and {m1:.1} ns, each alone {a0:.1} and {a1:.1} ns");
         return Ok(());
     }
     let quick = settings.quick;
-    let procs = processes(quick)?;
+    let cpus = pinning()?;
+    let procs = processes(quick, cpus.len())?;
+    let pinned = if cpus.is_empty() {
+        "unpinned".to_owned()
+    } else {
+        let names: Vec<String> = cpus.iter().map(|&c| cpu_name(Some(c))).collect();
+        format!("each pinned in turn to {}", names.join(", "))
+    };
     eprintln!(
-        "peers: {} cases, in {procs} processes: {} samples of ~{:?} each after {:?} of \
-         warm-up{}",
+        "peers: {} cases, in {procs} processes ({pinned}): {} samples of ~{:?} each after \
+         {:?} of warm-up{}",
         CASES.len(),
         settings.samples,
         settings.sample,
@@ -1217,123 +1361,188 @@ fn main() -> Result<(), Box<dyn StdError>> {
 
     // Every figure is taken in `procs` processes of its own, and the median
     // of their medians is reported. In each, the one-thread cases take
-    // turns sample by sample (`all_cases`); the two-thread ones run one
-    // case per process.
-    let mut ones: HashMap<&str, Vec<Timing>> = HashMap::new();
+    // turns sample by sample (`all_cases`), all on one CPU; the two-thread
+    // ones run one case per process, each thread on a CPU of its own.
+    // Process `r` starts from CPU `r` (modulo), so that every CPU is
+    // measured as often.
+    let pin_at = |r: usize, k: usize| (!cpus.is_empty()).then(|| cpus[(r + k) % cpus.len()]);
+    let mut ones: HashMap<&str, Vec<(Option<usize>, Timing)>> = HashMap::new();
     let mut twos: HashMap<&str, Vec<TwoRun>> = HashMap::new();
-    for round in 1..=procs {
-        eprintln!("  every case, taking turns (process {round} of {procs})");
-        for line in in_child("one")? {
+    for r in 0..procs {
+        let (round, one_pin) = (r + 1, pin_at(r, 0));
+        eprintln!(
+            "  every case, taking turns (process {round} of {procs}, {})",
+            cpu_name(one_pin)
+        );
+        for line in in_child(&pinned_spec("one", &Vec::from_iter(one_pin)))? {
             let (id, run) = line
                 .split_once(' ')
                 .and_then(|(id, rest)| Some((case(id)?.id, timing_of(rest)?)))
                 .ok_or_else(|| format!("a child's result line is not understood: `{line}`"))?;
-            ones.entry(id).or_default().push(run);
+            ones.entry(id).or_default().push((one_pin, run));
         }
+        let pins = [pin_at(r, 0), pin_at(r, 1)];
         for c in CASES.iter().filter(|c| c.two_threads) {
             eprintln!("  {} (two threads, process {round} of {procs})", c.id);
-            let line = in_child(&format!("two:{}", c.id))?
+            let spec = pinned_spec(
+                &format!("two:{}", c.id),
+                &Vec::from_iter(pins.into_iter().flatten()),
+            );
+            let mut run = in_child(&spec)?
                 .into_iter()
                 .next()
                 .and_then(|l| TwoRun::read(&l))
                 .ok_or_else(|| format!("measuring `{}` on two threads gave no result", c.id))?;
-            twos.entry(c.id).or_default().push(line);
+            run.cpus = pins;
+            twos.entry(c.id).or_default().push(run);
         }
     }
 
+    // The CPUs figures are kept apart by: each pinned one, or `None` for
+    // every figure of an unpinned run.
+    let keys: Vec<Option<usize>> = if cpus.is_empty() {
+        vec![None]
+    } else {
+        cpus.iter().copied().map(Some).collect()
+    };
+    let pinned_run = !cpus.is_empty();
+
+    // One thread: the median over all processes, and over each CPU's.
     let mut one: HashMap<&str, Timing> = HashMap::new();
-    let mut t1 = Table::new(&[
-        "case",
-        ">ns/call (median)",
-        ">ns/call (min)",
-        ">processes' medians",
-        ">allocs/call",
-    ]);
+    let mut on_cpu: HashMap<(&str, Option<usize>), f64> = HashMap::new();
+    let mut columns = vec!["case".to_owned(), ">ns/call (median)".to_owned()];
+    if pinned_run {
+        columns.extend(keys.iter().map(|&k| format!(">{} ns", cpu_name(k))));
+    }
+    columns.extend([">ns/call (min)", ">processes' medians", ">allocs/call"].map(str::to_owned));
+    let mut t1 = Table::new(&columns.iter().map(String::as_str).collect::<Vec<_>>());
     for c in CASES {
         let runs = ones
             .get(c.id)
             .filter(|runs| runs.len() == procs)
             .ok_or_else(|| format!("`{}` was not measured in every process", c.id))?;
-        let medians: Vec<f64> = runs.iter().map(|r| r.median_ns).collect();
+        let medians: Vec<f64> = runs.iter().map(|(_, r)| r.median_ns).collect();
         let t = Timing {
             median_ns: median(medians.clone()),
-            min_ns: runs.iter().map(|r| r.min_ns).fold(f64::INFINITY, f64::min),
-            allocs_per_call: runs.iter().map(|r| r.allocs_per_call).fold(0.0, f64::max),
+            min_ns: runs
+                .iter()
+                .map(|(_, r)| r.min_ns)
+                .fold(f64::INFINITY, f64::min),
+            allocs_per_call: runs
+                .iter()
+                .map(|(_, r)| r.allocs_per_call)
+                .fold(0.0, f64::max),
             ..Timing::default()
         };
-        t1.row(vec![
-            c.label.to_owned(),
-            fmt_num(t.median_ns),
+        let mut row = vec![c.label.to_owned(), fmt_num(t.median_ns)];
+        for &k in &keys {
+            let here: Vec<f64> = runs
+                .iter()
+                .filter(|(cpu, _)| *cpu == k)
+                .map(|(_, r)| r.median_ns)
+                .collect();
+            let m = median(here);
+            on_cpu.insert((c.id, k), m);
+            if pinned_run {
+                row.push(fmt_num(m));
+            }
+        }
+        row.extend([
             fmt_num(t.min_ns),
             fmt_spread(&medians),
             fmt_num(t.allocs_per_call),
         ]);
+        t1.row(row);
         one.insert(c.id, t);
     }
 
     // Two threads: in each process, each thread's median over the samples
     // it took while the other ran too (see `concurrent_samples`; too few
-    // such samples and that process gives no figure rather than one from
-    // turns taken); then the slower and the faster thread's medians over
-    // the processes.
-    let mut two: HashMap<&str, [f64; 2]> = HashMap::new();
+    // such samples and that thread gives no figure rather than one from
+    // turns taken), next to its median alone in the same rounds. Pinned,
+    // each thread's figures are its CPU's; unpinned, each process gives
+    // the figures of its thread that the other slowed the most.
+    let mut two: HashMap<(&str, Option<usize>), (f64, f64)> = HashMap::new();
     let mut t2 = Table::new(&[
         "case, two threads sharing its state",
+        "CPU",
         ">one thread ns",
-        ">slower thread ns",
-        ">faster thread ns",
-        ">ratio (mean)",
-        ">processes' slower threads",
+        ">two threads ns",
+        ">ratio",
+        ">processes' ratios",
         ">samples both on CPU",
         ">threads at once",
         ">allocs/call",
     ]);
     for c in CASES.iter().filter(|c| c.two_threads) {
         let runs = &twos[c.id];
-        let measured: Vec<&TwoRun> = runs
-            .iter()
-            .filter(|r| r.m.iter().all(|m| !m.is_nan()))
-            .collect();
-        let slower: Vec<f64> = measured.iter().map(|r| r.m[0].max(r.m[1])).collect();
-        let faster: Vec<f64> = measured.iter().map(|r| r.m[0].min(r.m[1])).collect();
-        let (m0, m1) = (median(slower.clone()), median(faster));
-        if !m0.is_nan() && !m1.is_nan() {
-            two.insert(c.id, [m0, m1]);
-        }
-        let base = one[c.id].median_ns;
         let counts: usize = runs.iter().map(|r| r.counts[0] + r.counts[1]).sum();
-        let taken = runs.len() * settings.two_thread_samples * 2;
+        let per_round = (settings.two_thread_samples / (3 * TWO_ROUNDS)).max(1);
+        let taken = runs.len() * per_round * TWO_ROUNDS * 2;
         let at_once = runs.iter().map(|r| r.parallelism).sum::<f64>() / runs.len() as f64;
-        t2.row(vec![
-            c.label.to_owned(),
-            fmt_num(base),
-            fmt_num(m0),
-            fmt_num(m1),
-            fmt_ratio((m0 + m1) / 2.0 / base),
-            fmt_spread(&slower),
-            format!("{counts} / {taken}"),
-            format!("{at_once:.2}"),
-            fmt_num(runs.iter().map(|r| r.allocs_per_call).fold(0.0, f64::max)),
-        ]);
+        let allocs = runs.iter().map(|r| r.allocs_per_call).fold(0.0, f64::max);
+        for &k in &keys {
+            // (two threads, alone) per thread counted for this CPU.
+            let pairs: Vec<(f64, f64)> = runs
+                .iter()
+                .flat_map(|r| {
+                    let ratio = |i: usize| r.m[i] / r.alone[i];
+                    let threads: Vec<usize> = if k.is_none() {
+                        vec![if ratio(1) > ratio(0) { 1 } else { 0 }]
+                    } else {
+                        (0..2).filter(|&i| r.cpus[i] == k).collect()
+                    };
+                    threads.into_iter().map(move |i| (r.m[i], r.alone[i]))
+                })
+                .filter(|(m, _)| !m.is_nan())
+                .collect();
+            let m = median(pairs.iter().map(|p| p.0).collect());
+            let base = median(pairs.iter().map(|p| p.1).collect());
+            if !m.is_nan() {
+                two.insert((c.id, k), (m, base));
+            }
+            let ratios: Vec<f64> = pairs.iter().map(|(m, a)| m / a).collect();
+            t2.row(vec![
+                c.label.to_owned(),
+                cpu_name(k),
+                fmt_num(base),
+                fmt_num(m),
+                fmt_ratio(m / base),
+                fmt_spread_ratio(&ratios),
+                format!("{counts} / {taken}"),
+                format!("{at_once:.2}"),
+                fmt_num(allocs),
+            ]);
+        }
     }
 
     let mut rt = ratio_table(&|id| one.get(id).map(|t| t.median_ns), "ns");
-    // Two threads: the slower thread's figure over the same case's
-    // one-thread figure (in the peer column), for the library and for its
-    // floor sketch. A ratio to itself: the sketch's does not bound the
-    // library's (what two threads add per call, the shared window's
-    // cache line moving between cores, weighs more on a faster call).
+    // Two threads: the two-thread figure over the same threads' figure
+    // alone (in the peer column), on the CPU where that ratio is worst, for
+    // the library and for its floor sketch. A ratio to itself: the
+    // sketch's does not bound the library's (what two threads add per
+    // call, the shared window's cache line moving between cores, weighs
+    // more on a faster call).
     let (id, floor_id, target) = TWO_THREAD_TARGET;
-    let worst = |id: &str| two.get(id).map(|t| t[0].max(t[1]));
-    let alone = |id: &str| one.get(id).map(|t| t.median_ns);
+    let worst = |id: &str| {
+        keys.iter()
+            .filter_map(|&k| two.get(&(id, k)).copied())
+            .max_by(|a, b| (a.0 / a.1).total_cmp(&(b.0 / b.1)))
+    };
+    let (ours, floor) = (worst(id), worst(floor_id));
+    let what = if pinned_run {
+        "`breaker`, two threads sharing it vs each alone on its CPU (worse CPU)"
+    } else {
+        "`breaker`, two threads sharing it vs each alone (worse thread)"
+    };
     let mut row = ratio_row(
-        "`breaker`, two threads sharing it vs one thread (slower thread)",
-        (worst(id), alone(id)),
-        (worst(floor_id), alone(floor_id)),
+        what,
+        (ours.map(|x| x.0), ours.map(|x| x.1)),
+        (floor.map(|x| x.0), floor.map(|x| x.1)),
         Some(target),
         false,
     );
-    if worst(id).is_none() {
+    if ours.is_none() {
         row[4] = row[4].replace(
             "not measured",
             "not measured: the threads never ran at once",
@@ -1341,31 +1550,82 @@ fn main() -> Result<(), Box<dyn StdError>> {
     }
     rt.row(row);
 
+    // Pinned, the same ratios on each CPU: a ratio that holds on one CPU
+    // and not the other is not yet a result.
+    let per_cpu = if pinned_run {
+        let mut columns = vec!["comparison".to_owned()];
+        for &k in &keys {
+            columns.push(format!(">{} ratio", cpu_name(k)));
+            columns.push(format!(">{} floor sketch ratio", cpu_name(k)));
+        }
+        let mut t = Table::new(&columns.iter().map(String::as_str).collect::<Vec<_>>());
+        for r in RATIOS {
+            let mut row = vec![r.what.to_owned()];
+            for &k in &keys {
+                let at = |id: &str| on_cpu[&(id, k)];
+                row.push(fmt_ratio(at(r.ours) / at(r.peer)));
+                row.push(fmt_ratio(at(r.floor) / at(r.peer)));
+            }
+            t.row(row);
+        }
+        format!(
+            "\nThe same ratios from each CPU's processes alone (one thread):\n\n{}",
+            t.markdown()
+        )
+    } else {
+        String::new()
+    };
+
+    let placement = if pinned_run {
+        format!(
+            "Each process is pinned to one CPU, the CPUs in turn ({}), so that \
+             every CPU is measured as often; the median is over all processes, \
+             and each CPU's column over that CPU's ({} each). ",
+            keys.iter()
+                .map(|&k| cpu_name(k))
+                .collect::<Vec<_>>()
+                .join(", "),
+            procs / keys.len().max(1)
+        )
+    } else {
+        "The processes are not pinned to CPUs (`PEERS_PIN=0`, or a single \
+         CPU). "
+            .to_owned()
+    };
+    let two_note = if pinned_run {
+        "Two threads, one case per process, each thread pinned to a CPU of its \
+         own: each thread's figure is the median of the samples it took while \
+         the other thread was on a CPU too, and a row gives, per CPU, the median \
+         of its threads' figures over the processes next to one thread's on the \
+         same CPU"
+    } else {
+        "Two threads, one case per process: each thread's figure is the median \
+         of the samples it took while the other thread was on a CPU too, and \
+         the table gives the median over processes of the slower thread's"
+    };
     let out = format!(
         "{}\nTime per call: the median over {procs} processes of each process's \
          median over {} samples of the calling thread's CPU time \
          (`CLOCK_THREAD_CPUTIME_ID`), each sample long enough that the clock's \
          cost does not matter, after a warm-up (\"processes' medians\" gives \
-         their range; the minimum is over every sample). In a process the \
-         one-thread cases take turns, one sample each, so that every case \
-         meets the same states of a shared machine. Release build, current-thread \
-         tokio runtime, futures polled by hand. {}This machine's cores are \
-         shared with other builds, so CPU-time figures move between runs (the \
-         two-thread ones most); the instruction counts of `benches/callgrind.sh` \
-         do not. Two threads, one case per process: in each, each thread's figure is the median of the \
-         samples it took while the other thread was on a CPU too (\"samples \
-         both on CPU\", over all processes, out of {} of about {:?} per thread \
-         and process; a process with fewer than {} gives no figure), and the \
-         table gives the slower and the faster thread's medians over the processes; \
-         \"threads at once\" is both threads' CPU time over the wall-clock \
-         time they sampled in (2 on a quiet 2-core machine; lower here, where \
-         other processes take turns on the cores). A ratio is the resilient \
-         figure over the peer's. {FLOOR_NOTE} In the two-thread row, the \
-         floor sketch ratio is the sketch's slower thread over its own one-thread \
+         their range; the minimum is over every sample). {placement}In a \
+         process the one-thread cases take turns, one sample each, so that \
+         every case meets the same states of a shared machine. Release build, \
+         current-thread tokio runtime, futures polled by hand. {}This \
+         machine's cores are shared with other builds, so CPU-time figures \
+         move between runs (the two-thread ones most); the instruction counts \
+         of `benches/callgrind.sh` do not. {two_note} (\"samples both on \
+         CPU\", over all processes, out of {} of about {:?} per thread and \
+         process; a thread with fewer than {} gives no figure); \"threads at \
+         once\" is both threads' CPU time over the wall-clock time they \
+         sampled in (2 on a quiet 2-core machine; lower here, where other \
+         processes take turns on the cores). A ratio is the resilient figure \
+         over the peer's. {FLOOR_NOTE} In the two-thread row, the floor sketch \
+         ratio is the sketch's own two-thread figure over its one-thread \
          figure: a ratio to itself, which does not bound the library's, since \
          what a second thread adds per call (the shared window's cache line \
          moving between cores) weighs more on a faster call; compare the \
-         nanoseconds two threads add to each.\n\n{}\n{}\n{}",
+         nanoseconds two threads add to each.\n\n{}\n{}\n{}{}",
         header("### Success path, time per call"),
         settings.samples,
         if quick {
@@ -1378,7 +1638,8 @@ fn main() -> Result<(), Box<dyn StdError>> {
         MIN_CONCURRENT,
         t1.markdown(),
         t2.markdown(),
-        rt.markdown()
+        rt.markdown(),
+        per_cpu
     );
     write_out(&out)
 }

@@ -30,6 +30,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use cpu_time::ThreadTime;
+use rustix::thread::CpuSet;
 use stats_alloc::{Region, StatsAlloc};
 
 /// Polls `fut` with a no-op waker until it is ready.
@@ -344,8 +345,8 @@ pub const STACK_OFFSETS: usize = 16;
 /// The samples of [`measure`] rotate through [`STACK_OFFSETS`] depths, so
 /// that a median is not that of one placement of the stack. (On the AMD
 /// machine of the README's tables, two speeds of the same binary were
-/// first read as placement; they turned out to be the machine's two
-/// virtual CPUs. The rotation stays: a median over sixteen placements of
+/// first read as placement; they turned out to follow what the host ran
+/// beside each virtual CPU. The rotation stays: a median over sixteen placements of
 /// the stack is no worse than one over a single placement, and
 /// `PEERS_PAD` runs a case at one chosen depth.)
 #[inline(never)]
@@ -357,6 +358,27 @@ pub fn at_depth(depth: usize, f: &mut dyn FnMut()) {
     black_box(&frame);
     at_depth(depth - 1, f);
     black_box(&frame);
+}
+
+/// The CPUs this process may run on (its affinity mask), in order.
+pub fn allowed_cpus() -> std::io::Result<Vec<usize>> {
+    let set = rustix::thread::sched_getaffinity(None)?;
+    Ok((0..CpuSet::MAX_CPU).filter(|&c| set.is_set(c)).collect())
+}
+
+/// Pins the calling thread to `cpu`; threads it starts afterwards inherit
+/// that.
+///
+/// On the README's machine the same code ran at one of two speeds, as the
+/// host's other work came and went: for a while only on CPU 1, later on
+/// both CPUs. A thread free to move met both speeds in proportions that
+/// changed from one run to the next; pinned, a figure is of one CPU, and a
+/// table can show whether the CPUs differ.
+pub fn pin_to(cpu: usize) -> std::io::Result<()> {
+    let mut set = CpuSet::new();
+    set.set(cpu);
+    rustix::thread::sched_setaffinity(None, &set)?;
+    Ok(())
 }
 
 /// Runs `call` exactly `iters` times, for an instruction count under
