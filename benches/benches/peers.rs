@@ -829,11 +829,12 @@ struct TwoRun {
 /// process may run on, the first [`MAX_PINNED`] of them; none (every
 /// thread free to move) on a single CPU or with `PEERS_PIN=0`.
 ///
-/// On the README's machine the two virtual CPUs ran the same code at two
-/// speeds (the breaker case at 97 or 160 ns), and a thread free to move
-/// met both in proportions that changed from run to run. Pinned, each
-/// figure is of one CPU, the table shows each CPU's, and a two-thread
-/// figure is compared with one thread on the same CPU.
+/// On the README's machine the same code ran at two speeds (the breaker
+/// case at 97 or 160 ns), at times on one CPU only, at times on both, and
+/// a thread free to move met them in proportions that changed from run to
+/// run. Pinned, each process's cases share one CPU's speeds, the table
+/// shows each CPU's figures (whether the CPUs differ), and a two-thread
+/// thread is compared with itself alone on the same CPU.
 fn pinning() -> Result<Vec<usize>, Box<dyn StdError>> {
     if std::env::var("PEERS_PIN").is_ok_and(|v| v == "0") {
         return Ok(Vec::new());
