@@ -126,6 +126,7 @@ impl Deps {
         &'a self,
         now: Option<Instant>,
         into: &mut Option<Admission<'a>>,
+        span: &CallSpan,
     ) -> Admit<'a> {
         // Filled in its place, part by part: the breaker's permit is made
         // in the admission's field rather than returned through a `Result`
@@ -136,7 +137,7 @@ impl Deps {
             _bulkhead: None,
         });
         if let Some(b) = &self.breaker {
-            if let Err(open) = b.try_acquire_in_call(now, &mut admission.breaker) {
+            if let Err(open) = b.try_acquire_in_call(now, &mut admission.breaker, span) {
                 *into = None;
                 return Admit::Refused(open);
             }

@@ -580,7 +580,7 @@ impl<C> Call<C> {
         let mut ready = None;
         let admit = match waiting {
             Some(breaker) => Admit::Wait(breaker),
-            None => self.deps.try_admit(now, &mut ready),
+            None => self.deps.try_admit(now, &mut ready, span),
         };
         let admitted = match (admit, ready) {
             (Admit::Ready, Some(admission)) => Ok((admission, now)),

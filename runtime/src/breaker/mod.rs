@@ -227,7 +227,10 @@ impl Breaker {
     pub fn try_acquire(&self) -> Result<BreakerPermit<'_>, crate::Error> {
         // Timed on tokio's clock: the engine cannot tell whether a call made
         // under a permit taken by hand ever waits.
-        self.acquire(Instant::now(), Timing::exact)
+        match self.core.try_acquire_untimed() {
+            Some(admission) => Ok(self.permit(admission, Timing::exact(self, Instant::now()))),
+            None => self.try_acquire_timed(Instant::now(), Timing::exact, None),
+        }
     }
 
     /// Does this breaker need tokio's time at the end of every call of an
@@ -242,12 +245,15 @@ impl Breaker {
 
     /// Admits one attempt of an annotated function, started at `now` on
     /// tokio's clock (read here if the caller did not). The engine tells the
-    /// permit if the body waits ([`BreakerPermit::waited`]).
+    /// permit if the body waits ([`BreakerPermit::waited`]). A transition
+    /// the admission makes (`open -> half_open`: this call is the first
+    /// probe) is announced inside `span`, the call's.
     #[inline]
     pub(crate) fn try_acquire_in_call<'a>(
         &'a self,
         now: Option<Instant>,
         into: &mut Option<BreakerPermit<'a>>,
+        span: &crate::telemetry::CallSpan,
     ) -> Result<(), crate::Error> {
         let now = now.unwrap_or_else(Instant::now);
         match self.core.try_acquire_untimed() {
@@ -257,24 +263,9 @@ impl Breaker {
                 Ok(())
             }
             None => {
-                *into = Some(self.try_acquire_timed(now, Timing::in_call)?);
+                *into = Some(self.try_acquire_timed(now, Timing::in_call, Some(span))?);
                 Ok(())
             }
-        }
-    }
-
-    /// Admits a call started at `now`, timed as `timing` says while the
-    /// breaker is closed. A closed breaker admits without converting the
-    /// time: only its permit's start is kept, for the slow-call check.
-    #[inline]
-    fn acquire(
-        &self,
-        now: Instant,
-        timing: fn(&Breaker, Instant) -> Timing,
-    ) -> Result<BreakerPermit<'_>, crate::Error> {
-        match self.core.try_acquire_untimed() {
-            Some(admission) => Ok(self.permit(admission, timing(self, now))),
-            None => self.try_acquire_timed(now, timing),
         }
     }
 
@@ -289,12 +280,15 @@ impl Breaker {
     }
 
     /// A half-open probe is timed as a closed breaker's call is (`timing`):
-    /// the same body gets the same verdict in either state.
+    /// the same body gets the same verdict in either state. A transition is
+    /// announced inside `span` if there is one (the call's).
     #[cold]
+    #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
     fn try_acquire_timed(
         &self,
         now: Instant,
         timing: fn(&Breaker, Instant) -> Timing,
+        span: Option<&crate::telemetry::CallSpan>,
     ) -> Result<BreakerPermit<'_>, crate::Error> {
         match self.core.try_acquire(self.since_origin(now)) {
             Acquired::Admitted {
@@ -306,6 +300,8 @@ impl Breaker {
                 // the permit hands the slot back.
                 let permit = self.permit(admission, timing(self, now));
                 if transition.is_some() {
+                    #[cfg(feature = "tracing")]
+                    let _in_span = span.map(tracing::Span::enter);
                     self.announce([transition, None], false);
                 }
                 Ok(permit)

@@ -673,6 +673,7 @@ where
     if begun.path.nested() {
         frame::report_budget(deps.budget_ref().map(BudgetRef::Static));
     }
+    let admit = deps.try_admit(at, admission, call_span);
     // The call is over here, or goes on in the `async` engine.
     let mut taken = || {
         let (Some(span), Some(parts), Some(start)) = (span.take(), parts.take(), start.take())
@@ -681,7 +682,7 @@ where
         };
         (span, parts, start)
     };
-    match deps.try_admit(at, admission) {
+    match admit {
         Admit::Ready => {}
         Admit::Refused(refusal) => {
             let (span, (classify, make), begun) = taken();
