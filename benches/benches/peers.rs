@@ -1010,16 +1010,30 @@ fn two_run(c: &Case, settings: &Settings, pins: [Option<usize>; 2]) -> TwoRun {
         let mut both = [Vec::new(), Vec::new()];
         let mut timings = Vec::new();
         let mut allocs = 0.0f64;
-        for _ in 0..TWO_ROUNDS {
-            for (i, pin) in pins.into_iter().enumerate() {
-                let t = thread_alone(c, &round, pin);
-                alone[i].extend(t.samples.iter().map(|s| s.ns_per_call));
+        for r in 0..TWO_ROUNDS {
+            // Alone first in even rounds, together first in odd ones, so
+            // that neither phase always follows the other.
+            let mut phases = [Phase::Alone(0), Phase::Alone(1), Phase::Both];
+            if r % 2 == 1 {
+                phases.reverse();
             }
-            let (t, a) = two_threads(c, &round, pins);
-            allocs = allocs.max(a);
-            both[0].extend(concurrent_samples(&t[0], &t[1]));
-            both[1].extend(concurrent_samples(&t[1], &t[0]));
-            timings.push(t);
+            for phase in phases {
+                match phase {
+                    Phase::Alone(i) => {
+                        // Samples on a CPU, as the two-thread ones are.
+                        let t = thread_alone(c, &round, pins[i]);
+                        let on_cpu = t.samples.iter().filter(|s| s.on_cpu());
+                        alone[i].extend(on_cpu.map(|s| s.ns_per_call));
+                    }
+                    Phase::Both => {
+                        let (t, a) = two_threads(c, &round, pins);
+                        allocs = allocs.max(a);
+                        both[0].extend(concurrent_samples(&t[0], &t[1]));
+                        both[1].extend(concurrent_samples(&t[1], &t[0]));
+                        timings.push(t);
+                    }
+                }
+            }
         }
         let enough = both.iter().all(|xs| xs.len() >= MIN_CONCURRENT);
         if attempt < 3 && !enough {
@@ -1044,6 +1058,24 @@ fn two_run(c: &Case, settings: &Settings, pins: [Option<usize>; 2]) -> TwoRun {
             cpus: pins,
         };
     }
+}
+
+/// A case on two threads, for a CPU (or unpinned): the medians of the
+/// threads' figures together and alone, and of their ratios.
+#[derive(Clone, Copy)]
+struct TwoFigure {
+    two: f64,
+    alone: f64,
+    ratio: f64,
+}
+
+/// A phase of a round of [`two_run`].
+#[derive(Clone, Copy)]
+enum Phase {
+    /// Thread 0 or 1 alone.
+    Alone(usize),
+    /// Both threads at once.
+    Both,
 }
 
 /// Case `c` on one new thread, pinned to `pin`, for `settings`' two-thread
@@ -1120,7 +1152,6 @@ fn check_ran(c: &Case) -> Result<(), Box<dyn StdError>> {
     Ok(())
 }
 
-/// The range of a case's figures over processes, `28.1–57.0`.
 /// The range of ratios, `1.02x–1.10x`.
 fn fmt_spread_ratio(xs: &[f64]) -> String {
     let lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
@@ -1132,6 +1163,7 @@ fn fmt_spread_ratio(xs: &[f64]) -> String {
     }
 }
 
+/// The range of a case's figures over processes, `28.1–57.0`.
 fn fmt_spread(xs: &[f64]) -> String {
     let lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -1194,12 +1226,16 @@ fn ratio_table(value: &dyn Fn(&str) -> Option<f64>, unit: &str) -> Table {
         &format!(">floor sketch {unit}"),
         ">floor sketch ratio",
     ]);
+    let over = |x: Option<f64>, y: Option<f64>| match (x, y) {
+        (Some(x), Some(y)) => x / y,
+        _ => f64::NAN,
+    };
     for r in RATIOS {
-        let peer = value(r.peer);
+        let (ours, peer, floor) = (value(r.ours), value(r.peer), value(r.floor));
         t.row(ratio_row(
             r.what,
-            (value(r.ours), peer),
-            (value(r.floor), peer),
+            (ours, peer, over(ours, peer)),
+            (floor, over(floor, peer)),
             r.target,
             true,
         ));
@@ -1207,22 +1243,17 @@ fn ratio_table(value: &dyn Fn(&str) -> Option<f64>, unit: &str) -> Table {
     t
 }
 
-/// One row of a ratio table: `ours` over `base` (the peer's figure), and
-/// the floor sketch's `floor` over `floor_base` (the same peer's, in the
-/// tables of peers). `bounds`: the floor sketch's ratio bounds what the
+/// One row of a ratio table: `ours` next to `base` (the peer's figure)
+/// and their `ratio` (the one the target is on), and the floor sketch's
+/// figure and ratio. `bounds`: the floor sketch's ratio bounds what the
 /// target can ask (so the target cell says when it asks for less).
 fn ratio_row(
     what: &str,
-    (ours, base): (Option<f64>, Option<f64>),
-    (floor, floor_base): (Option<f64>, Option<f64>),
+    (ours, base, ratio): (Option<f64>, Option<f64>, f64),
+    (floor, floor_ratio): (Option<f64>, f64),
     target: Option<f64>,
     bounds: bool,
 ) -> Vec<String> {
-    let over = |x: Option<f64>, y: Option<f64>| match (x, y) {
-        (Some(x), Some(y)) => x / y,
-        _ => f64::NAN,
-    };
-    let (ratio, floor_ratio) = (over(ours, base), over(floor, floor_base));
     let cell = |x: Option<f64>| x.map_or("-".into(), fmt_num);
     vec![
         what.to_string(),
@@ -1460,75 +1491,85 @@ fn main() -> Result<(), Box<dyn StdError>> {
     // Two threads: in each process, each thread's median over the samples
     // it took while the other ran too (see `concurrent_samples`; too few
     // such samples and that thread gives no figure rather than one from
-    // turns taken), next to its median alone in the same rounds. Pinned,
-    // each thread's figures are its CPU's; unpinned, each process gives
-    // the figures of its thread that the other slowed the most.
-    let mut two: HashMap<(&str, Option<usize>), (f64, f64)> = HashMap::new();
+    // turns taken), over its own median alone in the same rounds: a ratio
+    // of like with like. Pinned, each thread's ratio is its CPU's, and the
+    // table gives the median of each CPU's; unpinned, each process gives
+    // the ratio of the thread the other slowed the most.
+    let mut two: HashMap<(&str, Option<usize>), TwoFigure> = HashMap::new();
     let mut t2 = Table::new(&[
         "case, two threads sharing its state",
         "CPU",
         ">one thread ns",
         ">two threads ns",
         ">ratio",
-        ">processes' ratios",
+        ">threads' ratios",
         ">samples both on CPU",
         ">threads at once",
         ">allocs/call",
     ]);
+    let per_thread = (settings.two_thread_samples / (3 * TWO_ROUNDS)).max(1) * TWO_ROUNDS;
     for c in CASES.iter().filter(|c| c.two_threads) {
         let runs = &twos[c.id];
         let counts: usize = runs.iter().map(|r| r.counts[0] + r.counts[1]).sum();
-        let per_round = (settings.two_thread_samples / (3 * TWO_ROUNDS)).max(1);
-        let taken = runs.len() * per_round * TWO_ROUNDS * 2;
+        let taken = runs.len() * per_thread * 2;
         let at_once = runs.iter().map(|r| r.parallelism).sum::<f64>() / runs.len() as f64;
         let allocs = runs.iter().map(|r| r.allocs_per_call).fold(0.0, f64::max);
-        for &k in &keys {
-            // (two threads, alone) per thread counted for this CPU.
+        for (row_k, &k) in keys.iter().enumerate() {
+            // (two threads, alone) of each thread counted for this CPU.
             let pairs: Vec<(f64, f64)> = runs
                 .iter()
                 .flat_map(|r| {
-                    let ratio = |i: usize| r.m[i] / r.alone[i];
+                    let measured = (0..2).filter(|&i| !(r.m[i] / r.alone[i]).is_nan());
                     let threads: Vec<usize> = if k.is_none() {
-                        vec![if ratio(1) > ratio(0) { 1 } else { 0 }]
+                        let ratio = |i: &usize| r.m[*i] / r.alone[*i];
+                        measured
+                            .max_by(|a, b| ratio(a).total_cmp(&ratio(b)))
+                            .into_iter()
+                            .collect()
                     } else {
-                        (0..2).filter(|&i| r.cpus[i] == k).collect()
+                        measured.filter(|&i| r.cpus[i] == k).collect()
                     };
                     threads.into_iter().map(move |i| (r.m[i], r.alone[i]))
                 })
-                .filter(|(m, _)| !m.is_nan())
                 .collect();
-            let m = median(pairs.iter().map(|p| p.0).collect());
-            let base = median(pairs.iter().map(|p| p.1).collect());
-            if !m.is_nan() {
-                two.insert((c.id, k), (m, base));
-            }
             let ratios: Vec<f64> = pairs.iter().map(|(m, a)| m / a).collect();
+            let figure = TwoFigure {
+                two: median(pairs.iter().map(|p| p.0).collect()),
+                alone: median(pairs.iter().map(|p| p.1).collect()),
+                ratio: median(ratios.clone()),
+            };
+            if !figure.ratio.is_nan() {
+                two.insert((c.id, k), figure);
+            }
+            // What is of the whole case, not of a CPU, once.
+            let case_wide = |cell: String| if row_k == 0 { cell } else { String::new() };
             t2.row(vec![
                 c.label.to_owned(),
                 cpu_name(k),
-                fmt_num(base),
-                fmt_num(m),
-                fmt_ratio(m / base),
+                fmt_num(figure.alone),
+                fmt_num(figure.two),
+                fmt_ratio(figure.ratio),
                 fmt_spread_ratio(&ratios),
-                format!("{counts} / {taken}"),
-                format!("{at_once:.2}"),
-                fmt_num(allocs),
+                case_wide(format!("{counts} / {taken}")),
+                case_wide(format!("{at_once:.2}")),
+                case_wide(fmt_num(allocs)),
             ]);
         }
     }
 
     let mut rt = ratio_table(&|id| one.get(id).map(|t| t.median_ns), "ns");
-    // Two threads: the two-thread figure over the same threads' figure
-    // alone (in the peer column), on the CPU where that ratio is worst, for
-    // the library and for its floor sketch. A ratio to itself: the
-    // sketch's does not bound the library's (what two threads add per
-    // call, the shared window's cache line moving between cores, weighs
-    // more on a faster call).
+    // Two threads: the median of the threads' ratios of their two-thread
+    // figure over their own figure alone, on the CPU where it is worst,
+    // for the library and for its floor sketch (the ns columns: the
+    // medians of those figures). A ratio to itself: the sketch's does not
+    // bound the library's (what two threads add per call, the shared
+    // window's cache line moving between cores, weighs more on a faster
+    // call).
     let (id, floor_id, target) = TWO_THREAD_TARGET;
     let worst = |id: &str| {
         keys.iter()
             .filter_map(|&k| two.get(&(id, k)).copied())
-            .max_by(|a, b| (a.0 / a.1).total_cmp(&(b.0 / b.1)))
+            .max_by(|a, b| a.ratio.total_cmp(&b.ratio))
     };
     let (ours, floor) = (worst(id), worst(floor_id));
     let what = if pinned_run {
@@ -1538,8 +1579,12 @@ fn main() -> Result<(), Box<dyn StdError>> {
     };
     let mut row = ratio_row(
         what,
-        (ours.map(|x| x.0), ours.map(|x| x.1)),
-        (floor.map(|x| x.0), floor.map(|x| x.1)),
+        (
+            ours.map(|x| x.two),
+            ours.map(|x| x.alone),
+            ours.map_or(f64::NAN, |x| x.ratio),
+        ),
+        (floor.map(|x| x.two), floor.map_or(f64::NAN, |x| x.ratio)),
         Some(target),
         false,
     );
@@ -1579,31 +1624,38 @@ fn main() -> Result<(), Box<dyn StdError>> {
 
     let placement = if pinned_run {
         format!(
-            "Each process is pinned to one CPU, the CPUs in turn ({}), so that \
-             every CPU is measured as often; the median is over all processes, \
-             and each CPU's column over that CPU's ({} each). ",
+            "Each process is pinned to one CPU, the CPUs in turn ({}); the \
+             median is over all processes, and each CPU's column over that \
+             CPU's processes (the mean of the middle two of an even count). ",
             keys.iter()
                 .map(|&k| cpu_name(k))
                 .collect::<Vec<_>>()
-                .join(", "),
-            procs / keys.len().max(1)
+                .join(", ")
         )
     } else {
         "The processes are not pinned to CPUs (`PEERS_PIN=0`, or a single \
          CPU). "
             .to_owned()
     };
-    let two_note = if pinned_run {
-        "Two threads, one case per process, each thread pinned to a CPU of its \
-         own: each thread's figure is the median of the samples it took while \
-         the other thread was on a CPU too, and a row gives, per CPU, the median \
-         of its threads' figures over the processes next to one thread's on the \
-         same CPU"
-    } else {
-        "Two threads, one case per process: each thread's figure is the median \
-         of the samples it took while the other thread was on a CPU too, and \
-         the table gives the median over processes of the slower thread's"
-    };
+    let two_note = format!(
+        "Two threads, one case per process{}, in {TWO_ROUNDS} rounds of three \
+         phases (each thread alone, both at once; alone first in every other \
+         round): each thread's two-thread figure is the median of the samples \
+         it took while the other thread was on a CPU too, its figure alone the \
+         median of its samples alone, and its ratio the one over the other. {}",
+        if pinned_run {
+            ", each thread pinned to a CPU of its own"
+        } else {
+            ""
+        },
+        if pinned_run {
+            "A row gives, per CPU, the medians of its threads' figures and \
+             ratios over the processes (\"threads' ratios\" their range)."
+        } else {
+            "The table gives the medians over processes of the figures and \
+             ratio of the thread the other slowed the most."
+        }
+    );
     let out = format!(
         "{}\nTime per call: the median over {procs} processes of each process's \
          median over {} samples of the calling thread's CPU time \
@@ -1615,15 +1667,15 @@ fn main() -> Result<(), Box<dyn StdError>> {
          current-thread tokio runtime, futures polled by hand. {}This \
          machine's cores are shared with other builds, so CPU-time figures \
          move between runs (the two-thread ones most); the instruction counts \
-         of `benches/callgrind.sh` do not. {two_note} (\"samples both on \
-         CPU\", over all processes, out of {} of about {:?} per thread and \
-         process; a thread with fewer than {} gives no figure); \"threads at \
-         once\" is both threads' CPU time over the wall-clock time they \
+         of `benches/callgrind.sh` do not. {two_note} \"Samples both on \
+         CPU\" counts those samples over all processes, out of {} of about \
+         {:?} per thread and process (a thread with fewer than {} gives no \
+         figure); \"threads at once\" is both threads' CPU time over the wall-clock time they \
          sampled in (2 on a quiet 2-core machine; lower here, where other \
          processes take turns on the cores). A ratio is the resilient figure \
          over the peer's. {FLOOR_NOTE} In the two-thread row, the floor sketch \
-         ratio is the sketch's own two-thread figure over its one-thread \
-         figure: a ratio to itself, which does not bound the library's, since \
+         ratio is the sketch's own ratio of two threads to one: a ratio to \
+         itself, which does not bound the library's, since \
          what a second thread adds per call (the shared window's cache line \
          moving between cores) weighs more on a faster call; compare the \
          nanoseconds two threads add to each.\n\n{}\n{}\n{}{}",
@@ -1634,7 +1686,7 @@ fn main() -> Result<(), Box<dyn StdError>> {
         } else {
             ""
         },
-        settings.two_thread_samples,
+        per_thread,
         settings.two_thread_sample,
         MIN_CONCURRENT,
         t1.markdown(),

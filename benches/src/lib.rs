@@ -30,6 +30,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use cpu_time::ThreadTime;
+#[cfg(target_os = "linux")]
 use rustix::thread::CpuSet;
 use stats_alloc::{Region, StatsAlloc};
 
@@ -126,7 +127,7 @@ impl Sample {
     }
 
     /// The thread was on a CPU for nearly all of the sample.
-    fn on_cpu(&self) -> bool {
+    pub fn on_cpu(&self) -> bool {
         self.cpu_ns >= 0.9 * self.wall_ns()
     }
 }
@@ -149,13 +150,20 @@ pub struct Timing {
     pub samples: Vec<Sample>,
 }
 
-/// The median of `xs` (the upper one of an even count), `NaN` if empty.
+/// The median of `xs` (the mean of the middle two of an even count: of
+/// two processes per CPU, neither the slower nor the faster), `NaN` if
+/// empty.
 pub fn median(mut xs: Vec<f64>) -> f64 {
     if xs.is_empty() {
         return f64::NAN;
     }
     xs.sort_by(f64::total_cmp);
-    xs[xs.len() / 2]
+    let n = xs.len();
+    if n % 2 == 1 {
+        xs[n / 2]
+    } else {
+        (xs[n / 2 - 1] + xs[n / 2]) / 2.0
+    }
 }
 
 /// How many of the threads ran at once, on average, while they sampled:
@@ -360,10 +368,16 @@ pub fn at_depth(depth: usize, f: &mut dyn FnMut()) {
     black_box(&frame);
 }
 
-/// The CPUs this process may run on (its affinity mask), in order.
+/// The CPUs this process may run on (its affinity mask), in order; none
+/// where this harness cannot pin (off Linux).
 pub fn allowed_cpus() -> std::io::Result<Vec<usize>> {
-    let set = rustix::thread::sched_getaffinity(None)?;
-    Ok((0..CpuSet::MAX_CPU).filter(|&c| set.is_set(c)).collect())
+    #[cfg(target_os = "linux")]
+    {
+        let set = rustix::thread::sched_getaffinity(None)?;
+        Ok((0..CpuSet::MAX_CPU).filter(|&c| set.is_set(c)).collect())
+    }
+    #[cfg(not(target_os = "linux"))]
+    Ok(Vec::new())
 }
 
 /// Pins the calling thread to `cpu`; threads it starts afterwards inherit
@@ -375,10 +389,18 @@ pub fn allowed_cpus() -> std::io::Result<Vec<usize>> {
 /// changed from one run to the next; pinned, a figure is of one CPU, and a
 /// table can show whether the CPUs differ.
 pub fn pin_to(cpu: usize) -> std::io::Result<()> {
-    let mut set = CpuSet::new();
-    set.set(cpu);
-    rustix::thread::sched_setaffinity(None, &set)?;
-    Ok(())
+    #[cfg(target_os = "linux")]
+    {
+        let mut set = CpuSet::new();
+        set.set(cpu);
+        rustix::thread::sched_setaffinity(None, &set)?;
+        Ok(())
+    }
+    #[cfg(not(target_os = "linux"))]
+    Err(std::io::Error::new(
+        std::io::ErrorKind::Unsupported,
+        format!("pinning to CPU {cpu}: only on Linux"),
+    ))
 }
 
 /// Runs `call` exactly `iters` times, for an instruction count under
