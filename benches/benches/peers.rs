@@ -1216,7 +1216,15 @@ const FLOOR_NOTE: &str = "The floor sketches (`benches/benches/floor/mod.rs`) \
     less than the semantics allow. `benches/peers.rs` lists what the library \
     does that the sketches do not.";
 
-fn ratio_table(value: &dyn Fn(&str) -> Option<f64>, unit: &str) -> Table {
+/// `value` gives a case's figure; `ratio(a, b)` the ratio of case `a`'s
+/// figure to case `b`'s (for CPU time: the median over processes of each
+/// process's ratio, since within a process the cases met the same
+/// conditions).
+fn ratio_table(
+    value: &dyn Fn(&str) -> Option<f64>,
+    ratio: &dyn Fn(&str, &str) -> f64,
+    unit: &str,
+) -> Table {
     let mut t = Table::new(&[
         "comparison",
         &format!(">resilient {unit}"),
@@ -1226,16 +1234,12 @@ fn ratio_table(value: &dyn Fn(&str) -> Option<f64>, unit: &str) -> Table {
         &format!(">floor sketch {unit}"),
         ">floor sketch ratio",
     ]);
-    let over = |x: Option<f64>, y: Option<f64>| match (x, y) {
-        (Some(x), Some(y)) => x / y,
-        _ => f64::NAN,
-    };
     for r in RATIOS {
         let (ours, peer, floor) = (value(r.ours), value(r.peer), value(r.floor));
         t.row(ratio_row(
             r.what,
-            (ours, peer, over(ours, peer)),
-            (floor, over(floor, peer)),
+            (ours, peer, ratio(r.ours, r.peer)),
+            (floor, ratio(r.floor, r.peer)),
             r.target,
             true,
         ));
@@ -1309,7 +1313,12 @@ fn render_instructions(file: &str) -> Result<(), Box<dyn StdError>> {
             t.row(vec![c.label.to_owned(), fmt_num(*n)]);
         }
     }
-    let ratios = ratio_table(&|id| counts.get(id).copied(), "instr.");
+    let count = |id: &str| counts.get(id).copied();
+    let over = |a: &str, b: &str| match (count(a), count(b)) {
+        (Some(x), Some(y)) => x / y,
+        _ => f64::NAN,
+    };
+    let ratios = ratio_table(&count, &over, "instr.");
     let out = format!(
         "{}\nInstructions per call, counted by callgrind (`benches/callgrind.sh`): \
          the difference between two runs of a case, divided by the difference \
@@ -1557,7 +1566,22 @@ fn main() -> Result<(), Box<dyn StdError>> {
         }
     }
 
-    let mut rt = ratio_table(&|id| one.get(id).map(|t| t.median_ns), "ns");
+    // A ratio of CPU times: each process's, then their median (over the
+    // processes pinned to CPU `k` only, when given one).
+    let per_process = |a: &str, b: &str, k: Option<Option<usize>>| {
+        let ratios: Vec<f64> = ones[a]
+            .iter()
+            .zip(&ones[b])
+            .filter(|((cpu, _), _)| k.is_none_or(|k| *cpu == k))
+            .map(|((_, x), (_, y))| x.median_ns / y.median_ns)
+            .collect();
+        median(ratios)
+    };
+    let mut rt = ratio_table(
+        &|id| one.get(id).map(|t| t.median_ns),
+        &|a, b| per_process(a, b, None),
+        "ns",
+    );
     // Two threads: the median of the threads' ratios of their two-thread
     // figure over their own figure alone, on the CPU where it is worst,
     // for the library and for its floor sketch (the ns columns: the
@@ -1608,9 +1632,8 @@ fn main() -> Result<(), Box<dyn StdError>> {
         for r in RATIOS {
             let mut row = vec![r.what.to_owned()];
             for &k in &keys {
-                let at = |id: &str| on_cpu[&(id, k)];
-                row.push(fmt_ratio(at(r.ours) / at(r.peer)));
-                row.push(fmt_ratio(at(r.floor) / at(r.peer)));
+                row.push(fmt_ratio(per_process(r.ours, r.peer, Some(k))));
+                row.push(fmt_ratio(per_process(r.floor, r.peer, Some(k))));
             }
             t.row(row);
         }
@@ -1672,8 +1695,9 @@ fn main() -> Result<(), Box<dyn StdError>> {
          {:?} per thread and process (a thread with fewer than {} gives no \
          figure); \"threads at once\" is both threads' CPU time over the wall-clock time they \
          sampled in (2 on a quiet 2-core machine; lower here, where other \
-         processes take turns on the cores). A ratio is the resilient figure \
-         over the peer's. {FLOOR_NOTE} In the two-thread row, the floor sketch \
+         processes take turns on the cores). A ratio is the median over the \
+         processes of each one's resilient figure over its peer's figure (so \
+         it need not equal the ratio of the medians shown beside it). {FLOOR_NOTE} In the two-thread row, the floor sketch \
          ratio is the sketch's own ratio of two threads to one: a ratio to \
          itself, which does not bound the library's, since \
          what a second thread adds per call (the shared window's cache line \
