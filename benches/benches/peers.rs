@@ -816,6 +816,10 @@ struct TwoRun {
     /// Each thread's median over its samples taken alone, in the same
     /// rounds.
     alone: [f64; 2],
+    /// Each thread's ratio of the bare call's figures, with the other
+    /// thread and alone, in the same rounds (`NaN` for the bare call
+    /// itself).
+    control: [f64; 2],
     /// How many samples that was, per thread.
     counts: [usize; 2],
     parallelism: f64,
@@ -905,11 +909,13 @@ fn timing_of(line: &str) -> Option<Timing> {
 impl TwoRun {
     fn write(&self) -> String {
         format!(
-            "{} {} {} {} {} {} {} {}",
+            "{} {} {} {} {} {} {} {} {} {}",
             self.m[0],
             self.m[1],
             self.alone[0],
             self.alone[1],
+            self.control[0],
+            self.control[1],
             self.counts[0],
             self.counts[1],
             self.parallelism,
@@ -918,10 +924,11 @@ impl TwoRun {
     }
 
     fn read(line: &str) -> Option<Self> {
-        let [m0, m1, a0, a1, c0, c1, parallelism, allocs_per_call] = numbers(line)?;
+        let [m0, m1, a0, a1, k0, k1, c0, c1, parallelism, allocs_per_call] = numbers(line)?;
         Some(TwoRun {
             m: [m0, m1],
             alone: [a0, a1],
+            control: [k0, k1],
             counts: [c0 as usize, c1 as usize],
             parallelism,
             allocs_per_call,
@@ -1001,62 +1008,94 @@ fn two_run(c: &Case, settings: &Settings, pins: [Option<usize>; 2]) -> TwoRun {
         two_thread_samples: (settings.two_thread_samples / (3 * TWO_ROUNDS)).max(1),
         ..*settings
     };
+    // The control: the bare call, which shares nothing, in the same
+    // rounds. What two threads at once cost it is the machine's doing
+    // (two busy CPUs sharing a core, or the host), not sharing.
+    let control = case("bare").filter(|b| b.id != c.id);
     // Whether the threads get to run at once depends on what else the
     // machine runs; a run where they hardly did is tried again, twice.
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let mut alone = [Vec::new(), Vec::new()];
-        let mut both = [Vec::new(), Vec::new()];
-        let mut timings = Vec::new();
-        let mut allocs = 0.0f64;
+        let mut main = Collected::default();
+        let mut ctrl = Collected::default();
         for r in 0..TWO_ROUNDS {
             // Alone first in even rounds, together first in odd ones, so
-            // that neither phase always follows the other.
+            // that neither phase always follows the other; each phase of
+            // the case, then of the control.
             let mut phases = [Phase::Alone(0), Phase::Alone(1), Phase::Both];
             if r % 2 == 1 {
                 phases.reverse();
             }
             for phase in phases {
-                match phase {
-                    Phase::Alone(i) => {
-                        // Samples on a CPU, as the two-thread ones are.
-                        let t = thread_alone(c, &round, pins[i]);
-                        let on_cpu = t.samples.iter().filter(|s| s.on_cpu());
-                        alone[i].extend(on_cpu.map(|s| s.ns_per_call));
-                    }
-                    Phase::Both => {
-                        let (t, a) = two_threads(c, &round, pins);
-                        allocs = allocs.max(a);
-                        both[0].extend(concurrent_samples(&t[0], &t[1]));
-                        both[1].extend(concurrent_samples(&t[1], &t[0]));
-                        timings.push(t);
-                    }
+                main.phase(c, &round, pins, phase);
+                if let Some(control) = control {
+                    ctrl.phase(control, &round, pins, phase);
                 }
             }
         }
-        let enough = both.iter().all(|xs| xs.len() >= MIN_CONCURRENT);
+        let enough = main.both.iter().all(|xs| xs.len() >= MIN_CONCURRENT);
         if attempt < 3 && !enough {
             eprintln!("    {}: the threads hardly ran at once; again", c.id);
             continue;
         }
-        let counts = [both[0].len(), both[1].len()];
-        let m = both.map(|xs| {
+        let counts = [main.both[0].len(), main.both[1].len()];
+        let (m, alone) = main.medians();
+        let (cm, calone) = ctrl.medians();
+        let at_once = main.timings.iter().map(|t| parallelism(t)).sum::<f64>() / TWO_ROUNDS as f64;
+        return TwoRun {
+            m,
+            alone,
+            control: [cm[0] / calone[0], cm[1] / calone[1]],
+            counts,
+            parallelism: at_once,
+            allocs_per_call: main.allocs,
+            cpus: pins,
+        };
+    }
+}
+
+/// What the phases of [`two_run`] collected of one case.
+#[derive(Default)]
+struct Collected {
+    /// Per thread, its samples alone (those on a CPU).
+    alone: [Vec<f64>; 2],
+    /// Per thread, its samples while the other thread ran too.
+    both: [Vec<f64>; 2],
+    timings: Vec<[Timing; 2]>,
+    allocs: f64,
+}
+
+impl Collected {
+    fn phase(&mut self, c: &Case, round: &Settings, pins: [Option<usize>; 2], phase: Phase) {
+        match phase {
+            Phase::Alone(i) => {
+                // Samples on a CPU, as the two-thread ones are.
+                let t = thread_alone(c, round, pins[i]);
+                let on_cpu = t.samples.iter().filter(|s| s.on_cpu());
+                self.alone[i].extend(on_cpu.map(|s| s.ns_per_call));
+            }
+            Phase::Both => {
+                let (t, a) = two_threads(c, round, pins);
+                self.allocs = self.allocs.max(a);
+                self.both[0].extend(concurrent_samples(&t[0], &t[1]));
+                self.both[1].extend(concurrent_samples(&t[1], &t[0]));
+                self.timings.push(t);
+            }
+        }
+    }
+
+    /// Per thread: the median with the other thread running (`NaN` from
+    /// fewer than `MIN_CONCURRENT` samples), and alone.
+    fn medians(&self) -> ([f64; 2], [f64; 2]) {
+        let both = self.both.clone().map(|xs| {
             if xs.len() >= MIN_CONCURRENT {
                 median(xs)
             } else {
                 f64::NAN
             }
         });
-        let at_once: f64 = timings.iter().map(|t| parallelism(t)).sum::<f64>() / TWO_ROUNDS as f64;
-        return TwoRun {
-            m,
-            alone: alone.map(median),
-            counts,
-            parallelism: at_once,
-            allocs_per_call: allocs,
-            cpus: pins,
-        };
+        (both, self.alone.clone().map(median))
     }
 }
 
@@ -1512,6 +1551,7 @@ fn main() -> Result<(), Box<dyn StdError>> {
         ">two threads ns",
         ">ratio",
         ">threads' ratios",
+        ">bare call's ratio, same rounds",
         ">samples both on CPU",
         ">threads at once",
         ">allocs/call",
@@ -1524,8 +1564,9 @@ fn main() -> Result<(), Box<dyn StdError>> {
         let at_once = runs.iter().map(|r| r.parallelism).sum::<f64>() / runs.len() as f64;
         let allocs = runs.iter().map(|r| r.allocs_per_call).fold(0.0, f64::max);
         for (row_k, &k) in keys.iter().enumerate() {
-            // (two threads, alone) of each thread counted for this CPU.
-            let pairs: Vec<(f64, f64)> = runs
+            // (two threads, alone, the control's ratio) of each thread
+            // counted for this CPU.
+            let pairs: Vec<(f64, f64, f64)> = runs
                 .iter()
                 .flat_map(|r| {
                     let measured = (0..2).filter(|&i| !(r.m[i] / r.alone[i]).is_nan());
@@ -1538,10 +1579,13 @@ fn main() -> Result<(), Box<dyn StdError>> {
                     } else {
                         measured.filter(|&i| r.cpus[i] == k).collect()
                     };
-                    threads.into_iter().map(move |i| (r.m[i], r.alone[i]))
+                    threads
+                        .into_iter()
+                        .map(move |i| (r.m[i], r.alone[i], r.control[i]))
                 })
                 .collect();
-            let ratios: Vec<f64> = pairs.iter().map(|(m, a)| m / a).collect();
+            let ratios: Vec<f64> = pairs.iter().map(|(m, a, _)| m / a).collect();
+            let controls: Vec<f64> = pairs.iter().map(|p| p.2).filter(|x| !x.is_nan()).collect();
             let figure = TwoFigure {
                 two: median(pairs.iter().map(|p| p.0).collect()),
                 alone: median(pairs.iter().map(|p| p.1).collect()),
@@ -1559,6 +1603,7 @@ fn main() -> Result<(), Box<dyn StdError>> {
                 fmt_num(figure.two),
                 fmt_ratio(figure.ratio),
                 fmt_spread_ratio(&ratios),
+                fmt_ratio(median(controls)),
                 case_wide(format!("{counts} / {taken}")),
                 case_wide(format!("{at_once:.2}")),
                 case_wide(fmt_num(allocs)),
@@ -1673,10 +1718,16 @@ fn main() -> Result<(), Box<dyn StdError>> {
         },
         if pinned_run {
             "A row gives, per CPU, the medians of its threads' figures and \
-             ratios over the processes (\"threads' ratios\" their range)."
+             ratios over the processes (\"threads' ratios\" their range). The \
+             same rounds run a control, the bare call, which shares nothing: \
+             its ratio is what two busy CPUs cost on this machine whatever \
+             the code (two virtual CPUs may share a core, or the host's other \
+             work), and a case's ratio above it is what sharing its state \
+             costs."
         } else {
             "The table gives the medians over processes of the figures and \
-             ratio of the thread the other slowed the most."
+             ratio of the thread the other slowed the most, next to the same \
+             rounds' control, the bare call, which shares nothing."
         }
     );
     let out = format!(
