@@ -1106,6 +1106,10 @@ struct TwoFigure {
     two: f64,
     alone: f64,
     ratio: f64,
+    /// The median of each thread's ratio over its control's (the bare
+    /// call's in the same rounds): what sharing the case's state costs,
+    /// net of what two busy CPUs cost any code on this machine.
+    net: f64,
 }
 
 /// A phase of a round of [`two_run`].
@@ -1552,6 +1556,7 @@ fn main() -> Result<(), Box<dyn StdError>> {
         ">ratio",
         ">threads' ratios",
         ">bare call's ratio, same rounds",
+        ">ratio net of the bare call's",
         ">samples both on CPU",
         ">threads at once",
         ">allocs/call",
@@ -1586,10 +1591,16 @@ fn main() -> Result<(), Box<dyn StdError>> {
                 .collect();
             let ratios: Vec<f64> = pairs.iter().map(|(m, a, _)| m / a).collect();
             let controls: Vec<f64> = pairs.iter().map(|p| p.2).filter(|x| !x.is_nan()).collect();
+            let nets: Vec<f64> = pairs
+                .iter()
+                .map(|(m, a, k)| m / a / k)
+                .filter(|x| !x.is_nan())
+                .collect();
             let figure = TwoFigure {
                 two: median(pairs.iter().map(|p| p.0).collect()),
                 alone: median(pairs.iter().map(|p| p.1).collect()),
                 ratio: median(ratios.clone()),
+                net: median(nets),
             };
             if !figure.ratio.is_nan() {
                 two.insert((c.id, k), figure);
@@ -1604,6 +1615,7 @@ fn main() -> Result<(), Box<dyn StdError>> {
                 fmt_ratio(figure.ratio),
                 fmt_spread_ratio(&ratios),
                 fmt_ratio(median(controls)),
+                fmt_ratio(figure.net),
                 case_wide(format!("{counts} / {taken}")),
                 case_wide(format!("{at_once:.2}")),
                 case_wide(fmt_num(allocs)),
@@ -1630,40 +1642,45 @@ fn main() -> Result<(), Box<dyn StdError>> {
     // Two threads: the median of the threads' ratios of their two-thread
     // figure over their own figure alone, on the CPU where it is worst,
     // for the library and for its floor sketch (the ns columns: the
-    // medians of those figures). A ratio to itself: the sketch's does not
-    // bound the library's (what two threads add per call, the shared
-    // window's cache line moving between cores, weighs more on a faster
-    // call).
+    // medians of those figures); then the same net of the control's ratio
+    // in the same rounds. A ratio to itself: the sketch's does not bound
+    // the library's (what two threads add per call, the shared window's
+    // cache line moving between cores, weighs more on a faster call).
     let (id, floor_id, target) = TWO_THREAD_TARGET;
-    let worst = |id: &str| {
-        keys.iter()
-            .filter_map(|&k| two.get(&(id, k)).copied())
-            .max_by(|a, b| a.ratio.total_cmp(&b.ratio))
-    };
-    let (ours, floor) = (worst(id), worst(floor_id));
-    let what = if pinned_run {
-        "`breaker`, two threads sharing it vs each alone on its CPU (worse CPU)"
-    } else {
-        "`breaker`, two threads sharing it vs each alone (worse thread)"
-    };
-    let mut row = ratio_row(
-        what,
-        (
-            ours.map(|x| x.two),
-            ours.map(|x| x.alone),
-            ours.map_or(f64::NAN, |x| x.ratio),
-        ),
-        (floor.map(|x| x.two), floor.map_or(f64::NAN, |x| x.ratio)),
-        Some(target),
-        false,
-    );
-    if ours.is_none() {
-        row[4] = row[4].replace(
-            "not measured",
-            "not measured: the threads never ran at once",
+    let ratio: fn(&TwoFigure) -> f64 = |f| f.ratio;
+    let net: fn(&TwoFigure) -> f64 = |f| f.net;
+    for (how, pick) in [("", ratio), (", net of the bare call's ratio", net)] {
+        let worst = |id: &str| {
+            keys.iter()
+                .filter_map(|&k| two.get(&(id, k)).copied())
+                .filter(|f| !pick(f).is_nan())
+                .max_by(|a, b| pick(a).total_cmp(&pick(b)))
+        };
+        let (ours, floor) = (worst(id), worst(floor_id));
+        let what = if pinned_run {
+            format!("`breaker`, two threads sharing it vs each alone on its CPU (worse CPU){how}")
+        } else {
+            format!("`breaker`, two threads sharing it vs each alone (worse thread){how}")
+        };
+        let mut row = ratio_row(
+            &what,
+            (
+                ours.map(|x| x.two),
+                ours.map(|x| x.alone),
+                ours.map_or(f64::NAN, |x| pick(&x)),
+            ),
+            (floor.map(|x| x.two), floor.map_or(f64::NAN, |x| pick(&x))),
+            Some(target),
+            false,
         );
+        if ours.is_none() {
+            row[4] = row[4].replace(
+                "not measured",
+                "not measured: the threads never ran at once",
+            );
+        }
+        rt.row(row);
     }
-    rt.row(row);
 
     // Pinned, the same ratios on each CPU: a ratio that holds on one CPU
     // and not the other is not yet a result.
