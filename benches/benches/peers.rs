@@ -755,19 +755,7 @@ fn two_threads(c: &Case, settings: &Settings, pins: [Option<usize>; 2]) -> ([Tim
             .into_iter()
             .map(|pin| {
                 let sync = &sync;
-                s.spawn(move || {
-                    if let Some(cpu) = pin {
-                        pin_to(cpu).unwrap_or_else(|e| panic!("pinning to CPU {cpu}: {e}"));
-                    }
-                    let rt = runtime();
-                    let _guard = rt.enter();
-                    (c.run)(Mode::Time {
-                        warm_up: settings.warm_up,
-                        sample: settings.two_thread_sample,
-                        samples: settings.two_thread_samples,
-                        sync,
-                    })
-                })
+                s.spawn(move || on_thread(c, settings, pin, sync))
             })
             .collect();
         barrier.wait();
@@ -1112,6 +1100,27 @@ struct TwoFigure {
     net: f64,
 }
 
+/// Case `c` for `settings`' two-thread samples on the calling thread (a
+/// new one), pinned to `pin`, with `sync` at `measure`'s phases.
+fn on_thread(
+    c: &Case,
+    settings: &Settings,
+    pin: Option<usize>,
+    sync: &(dyn Fn(u8) + Sync),
+) -> Timing {
+    if let Some(cpu) = pin {
+        pin_to(cpu).unwrap_or_else(|e| panic!("pinning to CPU {cpu}: {e}"));
+    }
+    let rt = runtime();
+    let _guard = rt.enter();
+    (c.run)(Mode::Time {
+        warm_up: settings.warm_up,
+        sample: settings.two_thread_sample,
+        samples: settings.two_thread_samples,
+        sync,
+    })
+}
+
 /// A phase of a round of [`two_run`].
 #[derive(Clone, Copy)]
 enum Phase {
@@ -1125,21 +1134,9 @@ enum Phase {
 /// samples: the figure alone that [`two_run`] sets each thread's against.
 fn thread_alone(c: &Case, settings: &Settings, pin: Option<usize>) -> Timing {
     std::thread::scope(|s| {
-        s.spawn(|| {
-            if let Some(cpu) = pin {
-                pin_to(cpu).unwrap_or_else(|e| panic!("pinning to CPU {cpu}: {e}"));
-            }
-            let rt = runtime();
-            let _guard = rt.enter();
-            (c.run)(Mode::Time {
-                warm_up: settings.warm_up,
-                sample: settings.two_thread_sample,
-                samples: settings.two_thread_samples,
-                sync: &|_| {},
-            })
-        })
-        .join()
-        .expect("a bench thread panicked")
+        s.spawn(|| on_thread(c, settings, pin, &|_| {}))
+            .join()
+            .expect("a bench thread panicked")
     })
 }
 
@@ -1197,23 +1194,22 @@ fn check_ran(c: &Case) -> Result<(), Box<dyn StdError>> {
 
 /// The range of ratios, `1.02x–1.10x`.
 fn fmt_spread_ratio(xs: &[f64]) -> String {
-    let lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    if xs.is_empty() {
-        "-".to_owned()
-    } else {
-        format!("{}–{}", fmt_ratio(lo), fmt_ratio(hi))
-    }
+    spread(xs, fmt_ratio)
 }
 
 /// The range of a case's figures over processes, `28.1–57.0`.
 fn fmt_spread(xs: &[f64]) -> String {
+    spread(xs, fmt_num)
+}
+
+/// The range of `xs`, each end written by `fmt`; `-` if empty.
+fn spread(xs: &[f64], fmt: fn(f64) -> String) -> String {
     let lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     if xs.is_empty() {
         "-".to_owned()
     } else {
-        format!("{}–{}", fmt_num(lo), fmt_num(hi))
+        format!("{}–{}", fmt(lo), fmt(hi))
     }
 }
 
