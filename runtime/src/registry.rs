@@ -1011,6 +1011,82 @@ mod file {
         }
     }
 
+    /// A problem for the parser's "duplicate key" at `span`, naming what
+    /// was written twice: a key (with its table, its part and the value of
+    /// the repeat) or a table header; `None` for any other error.
+    fn written_twice(
+        src: &Source<'_>,
+        message: &str,
+        span: Option<std::ops::Range<usize>>,
+    ) -> Option<Problem> {
+        if message.trim() != "duplicate key" {
+            return None;
+        }
+        let span = span?;
+        let text = src.text;
+        let key = text.get(span.clone())?.trim().trim_matches('"');
+        let line_start = text.get(..span.start)?.rfind('\n').map_or(0, |i| i + 1);
+        let line_end = text
+            .get(span.start..)?
+            .find('\n')
+            .map_or(text.len(), |i| span.start + i);
+        let line = text.get(line_start..line_end)?;
+        if line.trim_start().starts_with('[') {
+            let header = line.trim();
+            return Some(
+                Problem::new(
+                    "registry",
+                    None,
+                    "",
+                    "",
+                    format!(
+                        "the table `{header}` is written more than once; write each table once"
+                    ),
+                )
+                .at(src.at(span.start, None)),
+            );
+        }
+        // The table the key is in: the last header above it.
+        let table = text
+            .get(..line_start)?
+            .lines()
+            .rev()
+            .map(str::trim)
+            .find(|l| l.starts_with('['))
+            .map(|h| {
+                h.trim_matches(|c| c == '[' || c == ']')
+                    .split('.')
+                    .map(|part| part.trim().trim_matches('"'))
+                    .collect::<Vec<_>>()
+                    .join(".")
+            });
+        let value = text
+            .get(span.end..line_end)
+            .unwrap_or("")
+            .trim_start()
+            .strip_prefix('=')
+            .unwrap_or("")
+            .trim();
+        let part = table.as_deref().and_then(|t| t.split_once('.'));
+        let (section, name) = match part {
+            Some(("breakers", name)) => ("breaker", Some(name)),
+            Some(("budgets", name)) => ("budget", Some(name)),
+            Some(("bulkheads", name)) => ("bulkhead", Some(name)),
+            Some(("throttles", name)) => ("throttle", Some(name)),
+            _ => ("registry", None),
+        };
+        Some(
+            Problem::new(
+                section,
+                name,
+                key,
+                value,
+                "set more than once in this table; write each key once",
+            )
+            .at(src.at(span.start, table.as_deref())),
+        )
+    }
+
     /// What a value is, for "found …" in messages.
     fn shown(value: &DeValue<'_>) -> String {
         RawValue::from(value).to_string()
@@ -1119,28 +1195,39 @@ mod file {
         fn read_toml(mut self, text: &str, file: Option<Arc<str>>) -> Result<Self, ConfigError> {
             let src = Source { text, file };
             let (doc, errors) = DeTable::parse_recoverable(text);
-            if !errors.is_empty() {
-                let problems = errors
-                    .iter()
-                    .map(|e| {
-                        let mut p = Problem::new(
-                            "registry",
-                            None,
-                            "",
-                            "",
-                            format!("not valid TOML: {}", e.message().trim()),
-                        );
-                        if let Some(span) = e.span() {
-                            p = p.at(src.at(span.start, None));
-                        }
-                        p
-                    })
-                    .collect();
+            // A key or table written twice is named, and the rest of the
+            // file, which parsed, is still checked (the first of the two
+            // is kept there), so that its other problems come in the same
+            // report. Any other error stops here: what follows it may not
+            // be what the file meant.
+            let mut problems: Vec<Problem> = errors
+                .iter()
+                .filter_map(|e| written_twice(&src, e.message(), e.span()))
+                .collect();
+            if problems.len() < errors.len() {
+                problems.extend(
+                    errors
+                        .iter()
+                        .filter(|e| written_twice(&src, e.message(), e.span()).is_none())
+                        .map(|e| {
+                            let mut p = Problem::new(
+                                "registry",
+                                None,
+                                "",
+                                "",
+                                format!("not valid TOML: {}", e.message().trim()),
+                            );
+                            if let Some(span) = e.span() {
+                                p = p.at(src.at(span.start, None));
+                            }
+                            p
+                        }),
+                );
+                problems.sort_by_key(|p| p.line().unwrap_or(0));
                 return Err(ConfigError::from_problems(problems)
                     .err()
                     .unwrap_or_else(|| unreachable!("at least one error")));
             }
-            let mut problems = Vec::new();
             for (section, value) in doc.get_ref() {
                 let section_name = section.get_ref().as_ref();
                 let DeValue::Table(table) = value.get_ref() else {

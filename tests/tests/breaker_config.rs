@@ -25,6 +25,18 @@ fn refused_file(text: &str, key: &str, value: &str) -> String {
     assert_one_problem(&err, key, value)
 }
 
+/// A key written twice in one part's text is named, with the value of the
+/// repeat (not the parser's bare "duplicate key").
+#[test]
+fn a_key_written_twice_is_named() {
+    let shown = refused_file(
+        "failure_rate_threshold = 50\nfailure_rate_threshold = 60\n",
+        "failure_rate_threshold",
+        "60",
+    );
+    assert!(shown.contains("set more than once"), "{shown}");
+}
+
 fn refused_builder(config: BreakerConfig, key: &str, value: &str) -> String {
     let err = Breaker::new("payments", config).expect_err("refused");
     assert_one_problem(&err, key, value)

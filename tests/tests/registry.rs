@@ -679,6 +679,55 @@ fn text_that_is_not_toml_is_refused_with_its_line_and_column() {
     assert!(err.to_string().contains("not valid TOML"), "{err}");
 }
 
+/// A key written twice in a table is refused naming the key, its table and
+/// part, and the line of the repeat; a table written twice names the
+/// table. Either way the rest of the file is still checked, so the other
+/// problems come in the same report.
+#[test]
+fn a_key_or_table_written_twice_is_named_and_the_rest_still_checked() {
+    let text = "[breakers.payments]\nfailure_rate_threshold = 50\nfailure_rate_threshold = 60\n\n\
+                [bulkheads.payments]\nmax_concurrent = 0\n";
+    let err = match Registry::builder().toml(text).and_then(|b| b.build()) {
+        Ok(_) => panic!("accepted a key written twice"),
+        Err(e) => e,
+    };
+    let shown = err.to_string();
+    let twice = err
+        .problems()
+        .iter()
+        .find(|p| p.key() == "failure_rate_threshold")
+        .unwrap_or_else(|| panic!("{shown}"));
+    assert_eq!(twice.line(), Some(3), "{shown}");
+    assert_eq!(twice.table(), Some("breakers.payments"), "{shown}");
+    assert_eq!(twice.name(), Some("payments"), "{shown}");
+    assert_eq!(twice.value(), "60", "{shown}");
+    assert!(
+        shown.contains(
+            "line 3, column 1: [breakers.payments] breaker `payments`: \
+             `failure_rate_threshold` = 60: set more than once in this table"
+        ),
+        "{shown}"
+    );
+    assert!(
+        err.problems().iter().any(|p| p.key() == "max_concurrent"),
+        "the file's other problem is reported with it: {shown}"
+    );
+
+    let text =
+        "[breakers.p]\nfailure_rate_threshold = 50\n[breakers.p]\nminimum_number_of_calls = 0\n";
+    let err = match Registry::builder().toml(text).and_then(|b| b.build()) {
+        Ok(_) => panic!("accepted a table written twice"),
+        Err(e) => e,
+    };
+    let shown = err.to_string();
+    assert!(
+        shown.contains(
+            "line 3, column 11: registry: the table `[breakers.p]` is written more than once"
+        ),
+        "{shown}"
+    );
+}
+
 /// Every refusal from a file names the file, line, table, part and key.
 #[test]
 fn refusals_from_a_file_name_the_file_line_table_part_and_key() {
@@ -784,4 +833,77 @@ fn a_refused_value_is_shown_as_the_file_writes_it() {
         .build()
         .unwrap_err();
     assert_eq!(err.problems()[0].value(), "[ 1, 2, ]", "{err}");
+}
+
+mod any_file {
+    //! The file reader never panics, whatever the text: made of the
+    //! pieces a resilience file has (headers, keys, values, each perhaps
+    //! repeated, quoted or not ASCII) and of any text, it accepts or
+    //! refuses, and every refusal is placed on a line of the text.
+
+    use proptest::prelude::*;
+    use resilient::Registry;
+
+    fn line() -> impl Strategy<Value = String> {
+        let header = prop::sample::select(vec![
+            "[breakers.payments]",
+            "[breakers.\"é x\"]",
+            "[ breakers . p ]",
+            "[bulkheads.p]",
+            "[budgets.p]",
+            "[throttles.p]",
+            "[registry]",
+            "[defaults.breaker]",
+            "[[breakers.p]]",
+            "[breakers]",
+        ])
+        .prop_map(str::to_owned);
+        let key = prop::sample::select(vec![
+            "failure_rate_threshold",
+            "minimum_number_of_calls",
+            "max_concurrent",
+            "unknown_names",
+            "\"é\"",
+            "\"a key\"",
+            "a.b",
+            "p",
+        ]);
+        let value = prop::sample::select(vec![
+            "50",
+            "0",
+            "-1",
+            "nan",
+            "inf",
+            "1e400",
+            "\"x\"",
+            "\"é\"",
+            "[1, 2]",
+            "{ a = 1 }",
+            "1979-05-27",
+            "true",
+            "",
+            "\"unterminated",
+        ]);
+        let setting = (key, value).prop_map(|(k, v)| format!("{k} = {v}"));
+        prop_oneof![3 => setting, 2 => header, 1 => "\\PC{0,12}"]
+    }
+
+    proptest! {
+        #[test]
+        fn the_reader_accepts_or_refuses_and_places_every_refusal(
+            lines in prop::collection::vec(line(), 0..12)
+        ) {
+            let text = lines.join("\n");
+            let last_line = text.lines().count().max(1) + 1;
+            if let Err(err) = Registry::builder().toml(&text).and_then(|b| b.build()) {
+                prop_assert!(!err.problems().is_empty());
+                for p in err.problems() {
+                    prop_assert!(!p.to_string().is_empty());
+                    if let Some(line) = p.line() {
+                        prop_assert!((1..=last_line).contains(&line), "{} in {:?}", p, text);
+                    }
+                }
+            }
+        }
+    }
 }

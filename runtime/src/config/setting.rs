@@ -395,6 +395,23 @@ pub(crate) fn from_toml<T: Settings>(name: &str, text: &str) -> Result<T, crate:
         Err(e) => {
             let e: toml::de::Error = e;
             let excerpt = e.span().and_then(|s| text.get(s)).unwrap_or("").trim();
+            // A key written twice: named, with the value of the repeat.
+            if e.message().trim() == "duplicate key" {
+                let repeat = e
+                    .span()
+                    .and_then(|s| text.get(s.end..))
+                    .and_then(|rest| rest.lines().next())
+                    .and_then(|line| line.trim_start().strip_prefix('='))
+                    .unwrap_or("")
+                    .trim();
+                return Err(crate::ConfigError::one(Problem::new(
+                    T::SECTION,
+                    Some(name),
+                    excerpt.trim_matches('"'),
+                    repeat,
+                    "set more than once; write each key once",
+                )));
+            }
             let reason = format!("not valid TOML: {}", e.message());
             return Err(crate::ConfigError::one(Problem::new(
                 T::SECTION,
