@@ -201,8 +201,11 @@ pub const BUDGET_REFUSED: &str = "resilient_budget_refused_retries_total";
 
 // ----- process ----------------------------------------------------------------
 
-/// Gauge, calls: annotated calls in flight, when
-/// [`GracefulShutdown`](crate::GracefulShutdown) counts them.
+/// Gauge: work in flight, when [`GracefulShutdown`](crate::GracefulShutdown)
+/// counts it, as [`GracefulShutdown::in_flight`](crate::GracefulShutdown::in_flight)
+/// does: annotated calls and units of work begun with
+/// [`admitted`](crate::admitted) (every request a `ResilienceLayer`
+/// serves is one).
 ///
 /// No labels.
 pub const IN_FLIGHT: &str = "resilient_in_flight_calls";

@@ -216,8 +216,11 @@ impl GracefulShutdown {
         GracefulShutdown
     }
 
-    /// Annotated calls running now (counted since
-    /// [`install`](Self::install)), nested calls included.
+    /// Work running now (counted since [`install`](Self::install)): each
+    /// annotated call, nested calls included, and each unit of work begun
+    /// with [`admitted`](crate::admitted) (a `ResilienceLayer` makes every
+    /// request one). So one request whose handler is in one annotated call
+    /// counts 2.
     pub fn in_flight(&self) -> usize {
         in_flight_now()
     }
@@ -289,8 +292,11 @@ impl GracefulShutdown {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct DrainReport {
-    /// Calls still running when the drain stopped waiting: 0 when every
-    /// call finished in time.
+    /// Work still running when the drain stopped waiting, counted as
+    /// [`GracefulShutdown::in_flight`] counts it (annotated calls and
+    /// units of work begun with [`admitted`](crate::admitted), so one
+    /// request stuck in one annotated call counts 2): 0 when all of it
+    /// finished in time.
     pub still_running: usize,
     /// How long the drain waited.
     pub waited: Duration,
