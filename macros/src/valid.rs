@@ -341,14 +341,28 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
                 match receiver_kind(&r.ty) {
                     Receiver::Borrowed => {}
                     Receiver::Shared => copies_receiver = true,
-                    Receiver::BorrowedMutably => errors.push_spanned(
-                        r,
-                        format!("`self` borrowed mutably cannot be lent to every attempt: an attempt may still hold it when the next begins; take `&self` (with interior mutability), or remove `{reuser}`"),
-                    ),
-                    Receiver::Owned => errors.push_spanned(
-                        r,
-                        format!("`self` by value cannot be passed to every attempt: the first attempt consumes it; take `&self` or `self: Arc<Self>`, or remove `{reuser}`"),
-                    ),
+                    Receiver::BorrowedMutably => {
+                        let why = if retries > 0 {
+                            "cannot be lent to every attempt: an attempt may still hold it when the next begins"
+                        } else {
+                            "cannot be lent to both the call and its fallback: the call's attempt and the fallback each get it"
+                        };
+                        errors.push_spanned(
+                            r,
+                            format!("`self` borrowed mutably {why}; take `&self` (with interior mutability), or remove `{reuser}`"),
+                        );
+                    }
+                    Receiver::Owned => {
+                        let why = if retries > 0 {
+                            "cannot be passed to every attempt: the first attempt consumes it"
+                        } else {
+                            "cannot be passed to both the call and its fallback: the call consumes it, and the fallback gets it after"
+                        };
+                        errors.push_spanned(
+                            r,
+                            format!("`self` by value {why}; take `&self` or `self: Arc<Self>`, or remove `{reuser}`"),
+                        );
+                    }
                 }
             }
         }
