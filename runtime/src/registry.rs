@@ -1034,15 +1034,9 @@ mod file {
         if line.trim_start().starts_with('[') {
             let header = line.trim();
             return Some(
-                Problem::new(
-                    "registry",
-                    None,
-                    "",
-                    "",
-                    format!(
-                        "the table `{header}` is written more than once; write each table once"
-                    ),
-                )
+                Problem::of_file(format!(
+                    "the table `{header}` is written more than once; write each table once"
+                ))
                 .at(src.at(span.start, None)),
             );
         }
@@ -1060,21 +1054,13 @@ mod file {
                     .collect::<Vec<_>>()
                     .join(".")
             });
-        let value = text
-            .get(span.end..line_end)
-            .unwrap_or("")
-            .trim_start()
-            .strip_prefix('=')
-            .unwrap_or("")
-            .trim();
+        let value = setting::value_after_key(text, span.end);
         let part = table.as_deref().and_then(|t| t.split_once('.'));
-        let (section, name) = match part {
-            Some(("breakers", name)) => ("breaker", Some(name)),
-            Some(("budgets", name)) => ("budget", Some(name)),
-            Some(("bulkheads", name)) => ("bulkhead", Some(name)),
-            Some(("throttles", name)) => ("throttle", Some(name)),
-            _ => ("registry", None),
-        };
+        let (section, name) =
+            match part.and_then(|(section, name)| Some((part_kind(section)?, name))) {
+                Some((kind, name)) => (kind, Some(name)),
+                None => ("registry", None),
+            };
         Some(
             Problem::new(
                 section,
@@ -1085,6 +1071,18 @@ mod file {
             )
             .at(src.at(span.start, table.as_deref())),
         )
+    }
+
+    /// The kind of part a section of the file holds (`breakers` holds
+    /// `breaker`s); `None` for the sections that hold no parts.
+    fn part_kind(section: &str) -> Option<&'static str> {
+        match section {
+            "breakers" => Some("breaker"),
+            "budgets" => Some("budget"),
+            "bulkheads" => Some("bulkhead"),
+            "throttles" => Some("throttle"),
+            _ => None,
+        }
     }
 
     /// What a value is, for "found …" in messages.
@@ -1181,13 +1179,10 @@ mod file {
         pub fn toml_file(self, path: impl AsRef<Path>) -> Result<Self, ConfigError> {
             let path = path.as_ref();
             let text = std::fs::read_to_string(path).map_err(|e| {
-                ConfigError::one(Problem::new(
-                    "registry",
-                    None,
-                    "",
-                    "",
-                    format!("cannot read `{}`: {e}", path.display()),
-                ))
+                ConfigError::one(Problem::of_file(format!(
+                    "cannot read `{}`: {e}",
+                    path.display()
+                )))
             })?;
             self.read_toml(&text, Some(Arc::from(path.display().to_string())))
         }
@@ -1200,29 +1195,22 @@ mod file {
             // is kept there), so that its other problems come in the same
             // report. Any other error stops here: what follows it may not
             // be what the file meant.
-            let mut problems: Vec<Problem> = errors
-                .iter()
-                .filter_map(|e| written_twice(&src, e.message(), e.span()))
-                .collect();
-            if problems.len() < errors.len() {
-                problems.extend(
-                    errors
-                        .iter()
-                        .filter(|e| written_twice(&src, e.message(), e.span()).is_none())
-                        .map(|e| {
-                            let mut p = Problem::new(
-                                "registry",
-                                None,
-                                "",
-                                "",
-                                format!("not valid TOML: {}", e.message().trim()),
-                            );
-                            if let Some(span) = e.span() {
-                                p = p.at(src.at(span.start, None));
-                            }
-                            p
-                        }),
-                );
+            let mut problems = Vec::new();
+            let mut stops = false;
+            for e in &errors {
+                problems.push(match written_twice(&src, e.message(), e.span()) {
+                    Some(twice) => twice,
+                    None => {
+                        stops = true;
+                        let p = Problem::of_file(format!("not valid TOML: {}", e.message().trim()));
+                        match e.span() {
+                            Some(span) => p.at(src.at(span.start, None)),
+                            None => p,
+                        }
+                    }
+                });
+            }
+            if stops {
                 problems.sort_by_key(|p| p.line().unwrap_or(0));
                 return Err(ConfigError::from_problems(problems)
                     .err()
@@ -1250,16 +1238,10 @@ mod file {
                         self.parts_section(&src, section_name, table, &mut problems);
                     }
                     _ => problems.push(
-                        Problem::new(
-                            "registry",
-                            None,
-                            "",
-                            "",
-                            format!(
-                                "unknown section `[{}]`; expected one of {SECTIONS}",
-                                key_path(section_name)
-                            ),
-                        )
+                        Problem::of_file(format!(
+                            "unknown section `[{}]`; expected one of {SECTIONS}",
+                            key_path(section_name)
+                        ))
                         .at(src.at(section.span().start, None)),
                     ),
                 }
@@ -1314,13 +1296,7 @@ mod file {
                         }
                     }
                     _ => problems.push(
-                        Problem::new(
-                            "registry",
-                            None,
-                            "",
-                            "",
-                            format!("unknown section `[{path}]`; `[defaults]` accepts `breaker`, `budget`, `bulkhead`"),
-                        )
+                        Problem::of_file(format!("unknown section `[{path}]`; `[defaults]` accepts `breaker`, `budget`, `bulkhead`"))
                         .at(src.at(kind.span().start, Some("defaults"))),
                     ),
                 }
@@ -1337,11 +1313,8 @@ mod file {
             for (name, value) in table {
                 let name_str = name.get_ref().as_ref();
                 let path = format!("{section}.{}", key_path(name_str));
-                let kind: &'static str = match section {
-                    "breakers" => "breaker",
-                    "budgets" => "budget",
-                    "bulkheads" => "bulkhead",
-                    _ => "throttle",
+                let Some(kind) = part_kind(section) else {
+                    unreachable!("read only for the parts' sections");
                 };
                 if let Err(reason) = check_name(name_str) {
                     problems.push(

@@ -94,6 +94,13 @@ impl Problem {
         Self::new(section, Some(name), "", "", reason)
     }
 
+    /// A problem with a configuration file as a whole (not a part's key):
+    /// it cannot be read, is not valid TOML, has an unknown section.
+    #[cfg_attr(not(feature = "toml"), allow(dead_code))]
+    pub(crate) fn of_file(reason: impl Into<String>) -> Self {
+        Self::new("registry", None, "", "", reason)
+    }
+
     /// The same problem, with its value as the file writes it (`1e9`,
     /// `nan`, `[1, 2]`), where the value was read and shown otherwise;
     /// on one line.

@@ -386,6 +386,18 @@ pub(crate) fn from_located_entries<T: Settings>(
     }
 }
 
+/// The value written after a key that ends at byte `key_end` of `text`, on
+/// its line (`60` in `failure_rate_threshold = 60`); empty if there is
+/// none.
+#[cfg(feature = "toml")]
+pub(crate) fn value_after_key(text: &str, key_end: usize) -> &str {
+    text.get(key_end..)
+        .and_then(|rest| rest.lines().next())
+        .and_then(|line| line.trim_start().strip_prefix('='))
+        .unwrap_or("")
+        .trim()
+}
+
 /// Parses `text` as a TOML table of keys and validates it, reporting every
 /// problem at once, each naming the section, `name`, the key and the value.
 #[cfg(feature = "toml")]
@@ -397,13 +409,7 @@ pub(crate) fn from_toml<T: Settings>(name: &str, text: &str) -> Result<T, crate:
             let excerpt = e.span().and_then(|s| text.get(s)).unwrap_or("").trim();
             // A key written twice: named, with the value of the repeat.
             if e.message().trim() == "duplicate key" {
-                let repeat = e
-                    .span()
-                    .and_then(|s| text.get(s.end..))
-                    .and_then(|rest| rest.lines().next())
-                    .and_then(|line| line.trim_start().strip_prefix('='))
-                    .unwrap_or("")
-                    .trim();
+                let repeat = e.span().map_or("", |s| value_after_key(text, s.end));
                 return Err(crate::ConfigError::one(Problem::new(
                     T::SECTION,
                     Some(name),
