@@ -313,6 +313,19 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
     let mut copies_receiver = false;
     // The key that makes them reused, to name in the messages.
     let reuser = if retries > 0 { "retries" } else { "fallback" };
+    // Why `&mut self` and `self` by value cannot be reused: by retries, or
+    // by the call and then its fallback.
+    let (self_lent, self_consumed) = if retries > 0 {
+        (
+            "cannot be lent to every attempt: an attempt may still hold it when the next begins",
+            "cannot be passed to every attempt: the first attempt consumes it",
+        )
+    } else {
+        (
+            "cannot be lent to both the call and its fallback: the call's attempt and the fallback each get it",
+            "cannot be passed to both the call and its fallback: the call consumes it, and the fallback gets it after",
+        )
+    };
     if reuses_arguments {
         for arg in &sig.inputs {
             if let FnArg::Typed(t) = arg {
@@ -341,28 +354,14 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
                 match receiver_kind(&r.ty) {
                     Receiver::Borrowed => {}
                     Receiver::Shared => copies_receiver = true,
-                    Receiver::BorrowedMutably => {
-                        let why = if retries > 0 {
-                            "cannot be lent to every attempt: an attempt may still hold it when the next begins"
-                        } else {
-                            "cannot be lent to both the call and its fallback: the call's attempt and the fallback each get it"
-                        };
-                        errors.push_spanned(
-                            r,
-                            format!("`self` borrowed mutably {why}; take `&self` (with interior mutability), or remove `{reuser}`"),
-                        );
-                    }
-                    Receiver::Owned => {
-                        let why = if retries > 0 {
-                            "cannot be passed to every attempt: the first attempt consumes it"
-                        } else {
-                            "cannot be passed to both the call and its fallback: the call consumes it, and the fallback gets it after"
-                        };
-                        errors.push_spanned(
-                            r,
-                            format!("`self` by value {why}; take `&self` or `self: Arc<Self>`, or remove `{reuser}`"),
-                        );
-                    }
+                    Receiver::BorrowedMutably => errors.push_spanned(
+                        r,
+                        format!("`self` borrowed mutably {self_lent}; take `&self` (with interior mutability), or remove `{reuser}`"),
+                    ),
+                    Receiver::Owned => errors.push_spanned(
+                        r,
+                        format!("`self` by value {self_consumed}; take `&self` or `self: Arc<Self>`, or remove `{reuser}`"),
+                    ),
                 }
             }
         }
