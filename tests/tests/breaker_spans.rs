@@ -6,6 +6,9 @@
 //! registry, installed once here) and the `async` engine (a registry
 //! scoped around the task).
 
+#[path = "support/interest.rs"]
+mod interest;
+
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -103,6 +106,7 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Captured {
 /// Two failures, a wait, a success: checks each transition was logged in
 /// the call that made it (the second, and the third twice).
 async fn open_probe_close(call: impl AsyncFn(bool) -> Result<u32, E>, state: impl Fn() -> State) {
+    interest::keep();
     let captured = Captured::default();
     let _guard =
         tracing::subscriber::set_default(tracing_subscriber::registry().with(captured.clone()));

@@ -6,6 +6,9 @@
 //! and every slot, probe and in-flight count given back on cancellation.
 //! (Review 41 checked the same on a registry scoped around the task; the
 //! scoped path's grants are covered by `reliability.rs`.)
+#[path = "support/interest.rs"]
+mod interest;
+
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
@@ -564,8 +567,16 @@ async fn global_panic_while_a_probe_closes_gives_the_slot_back() {
     advance(Duration::from_secs(61)).await;
     let dep = Dep::new(vec![Step::Ok]);
     let mut call = Box::pin(guarded(&dep));
+    interest::keep();
     let subscriber = tracing_subscriber::registry().with(PanicOnClose);
     let polled = tracing::subscriber::with_default(subscriber, || {
+        // The other tests of this binary log on their threads with no
+        // subscriber; a callsite they register while this subscriber is
+        // being set can keep the interest they computed ("never"), and
+        // the closing would not reach this one (`tracing-core` rebuilds
+        // the interest of registered callsites only). Rebuilt here, once
+        // every callsite this poll meets is registered.
+        tracing::callsite::rebuild_interest_cache();
         catch_unwind(AssertUnwindSafe(|| {
             let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
             call.as_mut().poll(&mut cx)
