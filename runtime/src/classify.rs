@@ -113,7 +113,7 @@ impl Classification {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` does not say which failures are worth retrying",
     label = "`{Self}` does not implement `resilient::Classify`",
-    note = "if `{Self}` is defined in your crate, implement `resilient::Classify` for it; or name a function `fn(&{Self}) -> resilient::Classification` with `#[resilient(classify = path)]`",
+    note = "if `{Self}` is defined in your crate, implement `resilient::Classify` for it; or name a function `fn(&E) -> resilient::Classification`, where `E` is the annotated function's error type, with `#[resilient(classify = path)]`",
     note = "if `{Self}` comes from another crate (`reqwest::Error`, `anyhow::Error`, `std::fmt::Error`, `String`, ...), the orphan rule forbids implementing `Classify` for it here: wrap it in an error type of your own, or, for an HTTP client, use `resilient::http::Error` (feature `reqwest`), which classifies responses and connection failures",
     note = "for a boxed error (`Box<dyn std::error::Error + Send + Sync>`), the function named with `classify = path` takes the box: `fn(&Box<dyn std::error::Error + Send + Sync>) -> resilient::Classification`"
 )]
