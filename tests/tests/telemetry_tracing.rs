@@ -3,6 +3,9 @@
 //! failed attempt with its error, classification, delay and why, the give-up
 //! and fallback warnings, and silence on success.
 
+#[path = "support/interest.rs"]
+mod interest;
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -123,6 +126,10 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Captured {
 
 /// Captures what the current thread traces until the guard is dropped.
 fn capture(max: LevelFilter) -> (Captured, tracing::subscriber::DefaultGuard) {
+    // Every test here sets its subscriber before its calls, on their
+    // thread; this also closes the narrow window of a callsite registered
+    // while another test installs its subscriber (see the module).
+    interest::keep();
     let captured = Captured::default();
     let subscriber = tracing_subscriber::registry().with(captured.clone().with_filter(max));
     let guard = tracing::subscriber::set_default(subscriber);
