@@ -302,8 +302,11 @@ pub fn measure<F: FnMut(u64) -> u64>(
     }
     let per_call = (cpu_ns(&warm) / calls as f64).max(0.1);
     let iters = ((sample.as_nanos() as f64 / per_call) as u64).max(100);
+    // Made before the allocation count: with two threads the count is
+    // read after `COUNTED`, while the other thread may already be past it
+    // (made after, it was counted as one of the calls' allocations).
+    let mut taken = Vec::with_capacity(samples);
 
-    // Allocations, counted before the samples' vector exists.
     sync(WARMED);
     let region = Region::new(alloc);
     for i in 0..iters {
@@ -312,7 +315,6 @@ pub fn measure<F: FnMut(u64) -> u64>(
     let allocs = region.change().allocations as f64 / iters as f64;
     sync(COUNTED);
 
-    let mut taken = Vec::with_capacity(samples);
     sync(SAMPLES);
     for j in 0..samples {
         sync(SAMPLE);
