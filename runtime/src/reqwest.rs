@@ -29,15 +29,15 @@
 //! | a body cut short while reading it (`is_decode` or `is_body` with an I/O cause) | transient | yes |
 //! | an unbuildable request (`is_builder`), or an `https` URL on a client built without TLS (a connect error with no I/O cause) | permanent | no |
 //! | a request body of the caller's own that failed while sent (hyper's body error; over HTTP/2, the stream this client reset) | permanent | yes: part of it went out |
+//! | `error_for_status` (`is_status`) | by its status (its headers are lost: prefer [`ResponseExt::check_status`]) | by its status |
 //!
 //! A redirect is followed by reqwest inside the one request, and a
 //! failure to connect to its target (refused, or an `https` target on a
 //! client without TLS) is reported with the original URL, as a connect
 //! error: "not sent", and retried, although the original request was sent
-//! and answered (review 31). For calls that change state, build the client
+//! and answered. For calls that change state, build the client
 //! with `reqwest::redirect::Policy::none()`: the redirect then comes back
 //! as a response, and nothing is taken for unsent that was sent.
-//! | `error_for_status` (`is_status`) | by its status (its headers are lost: prefer [`ResponseExt::check_status`]) | by its status |
 
 use std::future::Future;
 
