@@ -213,7 +213,8 @@ impl fmt::Display for Error {
             ErrorKind::BreakerOpen => match self.duration {
                 Some(d) => write!(
                     f,
-                    "circuit breaker `{name}` is open; it admits a probe in {d:?}"
+                    "circuit breaker `{name}` is open; it admits a probe in {:?}",
+                    whole_millis(d)
                 ),
                 None => write!(f, "circuit breaker `{name}` is open"),
             },
@@ -233,6 +234,13 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+/// `d` rounded up to a whole millisecond, for messages: "in 29.956s", not
+/// "in 29.955981319s" (and never "in 0ns" for a wait under a millisecond).
+fn whole_millis(d: Duration) -> Duration {
+    let ms = d.as_nanos().div_ceil(1_000_000);
+    Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
+}
+
 /// Lets functions returning `io::Result` be annotated as they are. Timeouts
 /// and passed deadlines become [`std::io::ErrorKind::TimedOut`], other refusals
 /// [`std::io::ErrorKind::Other`]; the original is kept as the inner error, and
@@ -247,5 +255,26 @@ impl From<Error> for std::io::Error {
             _ => std::io::ErrorKind::Other,
         };
         std::io::Error::new(kind, e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_open_breakers_wait_is_shown_in_whole_milliseconds_rounded_up() {
+        let shown = |d| Error::breaker_open(Arc::from("payments"), Some(d)).to_string();
+        assert_eq!(
+            shown(Duration::from_nanos(29_955_981_319)),
+            "circuit breaker `payments` is open; it admits a probe in 29.956s"
+        );
+        assert_eq!(
+            shown(Duration::from_nanos(198_416_330)),
+            "circuit breaker `payments` is open; it admits a probe in 199ms"
+        );
+        // Under a millisecond is still a wait, not "0ns".
+        assert!(shown(Duration::from_nanos(300)).ends_with("in 1ms"));
+        assert!(shown(Duration::MAX).contains("is open; it admits a probe in"));
     }
 }

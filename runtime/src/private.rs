@@ -419,7 +419,7 @@ pub type ResultOf<R> = Result<<R as ReturnsResult>::Ok, <R as ReturnsResult>::Er
     label = "the error type of this `#[resilient]` function",
     note = "a passed deadline, an attempt timeout or an open breaker reach the caller as this error type, so it needs `From<resilient::Error>`",
     note = "if `{Self}` is defined in your crate, add `impl From<resilient::Error> for {Self}`, e.g. with a variant `Resilience(resilient::Error)`",
-    note = "if `{Self}` comes from another crate (`reqwest::Error`, `anyhow::Error`, `std::fmt::Error`, `String`, ...), the orphan rule forbids that impl: return an error type of your own that wraps it, e.g. `enum MyError {{ Failed({Self}), Resilience(resilient::Error) }}` with a `From` impl for each",
+    note = "if `{Self}` comes from another crate (`reqwest::Error`, `anyhow::Error`, `std::fmt::Error`, `String`, ...), the orphan rule forbids that impl: return an error type of your own that wraps it, e.g. `enum AppError {{ Failed({Self}), Resilience(resilient::Error) }}` with a `From` impl for each",
     note = "for an HTTP client, `resilient::http::Error` (feature `reqwest`) is ready-made: it carries `reqwest` errors, non-success responses and the library's refusals, and implements `Classify`"
 )]
 pub trait CarriesRefusals {
