@@ -991,11 +991,19 @@ mod file {
 
     use super::{RegistryBuilder, key_path};
     use crate::config::setting::{self, RawValue, Settings};
-    use crate::config::{ConfigError, Location, Problem, check_name};
+    use crate::config::{ConfigError, Location, Problem, check_name, did_you_mean};
     use crate::{BreakerConfig, BudgetConfig, BulkheadConfig, ThrottleConfig};
 
     const SECTIONS: &str =
         "`registry`, `defaults`, `breakers`, `budgets`, `bulkheads`, `throttles`";
+    const SECTION_NAMES: &[&str] = &[
+        "registry",
+        "defaults",
+        "breakers",
+        "budgets",
+        "bulkheads",
+        "throttles",
+    ];
 
     /// The text being read, for turning spans into lines.
     struct Source<'a> {
@@ -1239,8 +1247,9 @@ mod file {
                     }
                     _ => problems.push(
                         Problem::of_file(format!(
-                            "unknown section `[{}]`; expected one of {SECTIONS}",
-                            key_path(section_name)
+                            "unknown section `[{}]`; {}expected one of {SECTIONS}",
+                            key_path(section_name),
+                            did_you_mean(section_name, SECTION_NAMES)
                         ))
                         .at(src.at(section.span().start, None)),
                     ),
@@ -1296,7 +1305,10 @@ mod file {
                         }
                     }
                     _ => problems.push(
-                        Problem::of_file(format!("unknown section `[{path}]`; `[defaults]` accepts `breaker`, `budget`, `bulkhead`"))
+                        Problem::of_file(format!(
+                            "unknown section `[{path}]`; {}`[defaults]` accepts `breaker`, `budget`, `bulkhead`",
+                            did_you_mean(kind_name, &["breaker", "budget", "bulkhead"])
+                        ))
                         .at(src.at(kind.span().start, Some("defaults"))),
                     ),
                 }

@@ -907,3 +907,36 @@ mod any_file {
         }
     }
 }
+
+/// A misspelt section or key is refused with the name it was likely meant
+/// to be, before the list of accepted ones (as the attribute's errors do).
+#[test]
+fn a_misspelt_section_or_key_is_refused_with_a_did_you_mean() {
+    let text = "[breaker.payments]\nfailure_rate_threshold = 50\n\n\
+                [defaults.breakers]\nminimum_number_of_calls = 5\n\n\
+                [breakers.ledger]\nslow_call_duration_threshold = 5000\n\
+                minimum_number_of_call = 10\nfailure_threshold = 50\n";
+    let err = match Registry::builder().toml(text).and_then(|b| b.build()) {
+        Ok(_) => panic!("accepted misspelt names"),
+        Err(e) => e,
+    };
+    let shown = err.to_string();
+    for expected in [
+        "unknown section `[breaker]`; did you mean `breakers`? expected one of",
+        "unknown section `[defaults.breakers]`; did you mean `breaker`? `[defaults]` accepts",
+        "`slow_call_duration_threshold` = 5000: unknown key; did you mean \
+         `slow_call_duration_threshold_ms`? accepted keys are",
+        "`minimum_number_of_call` = 10: unknown key; did you mean \
+         `minimum_number_of_calls`? accepted keys are",
+    ] {
+        assert!(
+            shown.contains(expected),
+            "missing {expected:?} in:\n{shown}"
+        );
+    }
+    // A name not close to any accepted one gets the list alone.
+    assert!(
+        shown.contains("`failure_threshold` = 50: unknown key; accepted keys are"),
+        "{shown}"
+    );
+}

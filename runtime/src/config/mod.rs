@@ -25,6 +25,45 @@ pub(crate) fn list<S: AsRef<str>>(items: impl IntoIterator<Item = S>) -> String 
         .join(", ")
 }
 
+/// `` did you mean `x`? `` for a name close to one of `known` (a letter
+/// or two off, or one a prefix of the other, as `slow_call_duration_threshold`
+/// of `slow_call_duration_threshold_ms`); empty when none is. For messages
+/// about an unknown key or section, before the list of accepted ones.
+#[cfg(feature = "serde")]
+pub(crate) fn did_you_mean(given: &str, known: &[&str]) -> String {
+    let given_lower = given.to_ascii_lowercase();
+    known
+        .iter()
+        .filter(|k| **k != given)
+        .map(|k| {
+            let prefix = given_lower.len() >= 4
+                && (k.starts_with(given_lower.as_str()) || given_lower.starts_with(*k));
+            (if prefix { 0 } else { edits(&given_lower, k) }, *k)
+        })
+        .filter(|(distance, k)| *distance <= (k.chars().count() / 4).clamp(1, 3))
+        .min_by_key(|(distance, _)| *distance)
+        .map_or_else(String::new, |(_, k)| format!("did you mean `{k}`? "))
+}
+
+/// The Levenshtein distance between `a` and `b`, by characters.
+#[cfg(feature = "serde")]
+fn edits(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1)
+                .min(row[j] + 1)
+                .min(diagonal + usize::from(ca != *cb));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
 /// One refused setting.
 ///
 /// Its `Display` is one line an operator can act on: where it is (file,
@@ -238,3 +277,46 @@ impl fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
+
+#[cfg(all(test, feature = "serde"))]
+mod tests {
+    use super::*;
+
+    const KEYS: &[&str] = &[
+        "breakers",
+        "budgets",
+        "bulkheads",
+        "slow_call_duration_threshold_ms",
+    ];
+
+    #[test]
+    fn suggests_a_near_name_and_nothing_for_a_far_one() {
+        assert_eq!(did_you_mean("breaker", KEYS), "did you mean `breakers`? ");
+        assert_eq!(did_you_mean("Budgets", KEYS), "did you mean `budgets`? ");
+        assert_eq!(
+            did_you_mean("slow_call_duration_threshold", KEYS),
+            "did you mean `slow_call_duration_threshold_ms`? "
+        );
+        assert_eq!(did_you_mean("throttles", KEYS), "");
+        assert_eq!(did_you_mean("", KEYS), "");
+        assert_eq!(did_you_mean("b", KEYS), "");
+        assert_eq!(
+            did_you_mean("breakers", KEYS),
+            "",
+            "an accepted name is not misspelt"
+        );
+    }
+
+    proptest::proptest! {
+        /// Any text (non-ASCII, empty, long) gets a suggestion from the
+        /// list or none, and never panics.
+        #[test]
+        fn any_name_gets_an_accepted_name_or_nothing(given in "\\PC{0,40}") {
+            let said = did_you_mean(&given, KEYS);
+            proptest::prop_assert!(
+                said.is_empty() || KEYS.iter().any(|k| said == format!("did you mean `{k}`? ")),
+                "{said:?}"
+            );
+        }
+    }
+}

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 
-use super::{Problem, list};
+use super::{Problem, did_you_mean, list};
 
 /// A setting's value before the configuration interprets it.
 #[derive(Debug, Clone, PartialEq)]
@@ -275,8 +275,12 @@ pub(crate) trait Settings: Default {
     fn problems(&self, name: Option<&str>) -> Vec<Problem>;
 }
 
-fn unknown_key<T: Settings>() -> String {
-    format!("unknown key; accepted keys are {}", list(T::KEYS))
+fn unknown_key<T: Settings>(key: &str) -> String {
+    format!(
+        "unknown key; {}accepted keys are {}",
+        did_you_mean(key, T::KEYS),
+        list(T::KEYS)
+    )
 }
 
 /// Sets every key of a map, then validates. A `Deserialize` has no name
@@ -304,7 +308,7 @@ pub(crate) fn deserialize<'de, D: Deserializer<'de>, T: Settings>(
                 let result = if T::KEYS.contains(&key.as_str()) {
                     config.set(&key, &value)
                 } else {
-                    Err(unknown_key::<T>())
+                    Err(unknown_key::<T>(&key))
                 };
                 if let Err(reason) = result {
                     return Err(de::Error::custom(format!(
@@ -363,7 +367,7 @@ pub(crate) fn from_located_entries<T: Settings>(
         let result = if T::KEYS.contains(&key.as_str()) {
             config.set(key, value)
         } else {
-            Err(unknown_key::<T>())
+            Err(unknown_key::<T>(key))
         };
         if let Err(reason) = result {
             problems.push(
@@ -435,7 +439,7 @@ pub(crate) fn from_toml<T: Settings>(name: &str, text: &str) -> Result<T, crate:
         let result = if T::KEYS.contains(&key.as_str()) {
             config.set(key, &value)
         } else {
-            Err(unknown_key::<T>())
+            Err(unknown_key::<T>(key))
         };
         if let Err(reason) = result {
             problems.push(Problem::new(
