@@ -127,22 +127,6 @@ fn closest(name: &str) -> Option<&'static str> {
     ) {
         return Some("retries");
     }
-    fn distance(a: &str, b: &str) -> usize {
-        let b: Vec<char> = b.chars().collect();
-        let mut row: Vec<usize> = (0..=b.len()).collect();
-        for (i, ca) in a.chars().enumerate() {
-            let mut prev = row[0];
-            row[0] = i + 1;
-            for (j, cb) in b.iter().enumerate() {
-                let here = row[j + 1];
-                row[j + 1] = (prev + usize::from(ca != *cb))
-                    .min(row[j] + 1)
-                    .min(here + 1);
-                prev = here;
-            }
-        }
-        row[b.len()]
-    }
     [
         "retries",
         "idempotent",
@@ -159,7 +143,7 @@ fn closest(name: &str) -> Option<&'static str> {
         "crate",
     ]
     .into_iter()
-    .map(|k| (distance(name, k), k))
+    .map(|k| (strsim::levenshtein(name, k), k))
     .filter(|(d, k)| *d <= 3 || k.starts_with(name) || name.starts_with(k))
     .min()
     .map(|(_, k)| k)

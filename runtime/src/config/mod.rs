@@ -38,30 +38,18 @@ pub(crate) fn did_you_mean(given: &str, known: &[&str]) -> String {
         .map(|k| {
             let prefix = given_lower.len() >= 4
                 && (k.starts_with(given_lower.as_str()) || given_lower.starts_with(*k));
-            (if prefix { 0 } else { edits(&given_lower, k) }, *k)
+            (
+                if prefix {
+                    0
+                } else {
+                    strsim::levenshtein(&given_lower, k)
+                },
+                *k,
+            )
         })
         .filter(|(distance, k)| *distance <= (k.chars().count() / 4).clamp(1, 3))
         .min_by_key(|(distance, _)| *distance)
         .map_or_else(String::new, |(_, k)| format!("did you mean `{k}`? "))
-}
-
-/// The Levenshtein distance between `a` and `b`, by characters.
-#[cfg(feature = "serde")]
-fn edits(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = (above + 1)
-                .min(row[j] + 1)
-                .min(diagonal + usize::from(ca != *cb));
-            diagonal = above;
-        }
-    }
-    row[b.len()]
 }
 
 /// One refused setting.
