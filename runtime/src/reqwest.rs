@@ -24,7 +24,8 @@
 //! | reqwest error | classification | may have taken effect |
 //! |---|---|---|
 //! | connecting (`is_connect`, including a connect timeout) | transient | no: nothing was sent |
-//! | timeout, reset or other failure after connecting (`is_timeout`, also while reading the body; `is_request`, `is_body`) | transient | yes: the request may have arrived |
+//! | over HTTP/2, the server's reset of the request's stream with `REFUSED_STREAM` (RFC 9113 §8.7: no processing was done; hyper's client has already sent it again itself) | transient | no |
+//! | timeout, reset (any other) or other failure after connecting (`is_timeout`, also while reading the body; `is_request`, `is_body`) | transient | yes: the request may have arrived |
 //! | a success body that arrived whole but does not decode (`is_decode`), a redirect loop | permanent | yes |
 //! | a body cut short while reading it (`is_decode` or `is_body` with an I/O cause) | transient | yes |
 //! | an unbuildable request (`is_builder`), or an `https` URL on a client built without TLS (a connect error with no I/O cause) | permanent | no |
@@ -60,7 +61,7 @@ fn stage(e: &::reqwest::Error) -> Stage {
         Stage::InvalidRequest
     } else if callers_body_failed(e) {
         Stage::BodyFailed
-    } else if e.is_connect() {
+    } else if e.is_connect() || refused_unprocessed(e) {
         Stage::NotSent
     } else if e.is_timeout() {
         // This client's own timeout (`ClientBuilder::timeout`,
@@ -115,6 +116,24 @@ fn callers_body_failed(e: &::reqwest::Error) -> bool {
             .downcast_ref::<h2::Error>()
             .is_some_and(|h2| h2.is_reset() && !h2.is_remote() && !h2.is_library())
         {
+            return true;
+        }
+        source = err.source();
+    }
+    false
+}
+
+/// Over HTTP/2, the server reset the request's stream with
+/// `REFUSED_STREAM`, which says that it did no processing of the request
+/// (RFC 9113, section 8.7: safe to retry, whatever the method): the request
+/// is as good as not sent. Any other reset from the server may come after
+/// the request was handled.
+fn refused_unprocessed(e: &::reqwest::Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(err) = source {
+        if err.downcast_ref::<h2::Error>().is_some_and(|h2| {
+            h2.is_reset() && h2.is_remote() && h2.reason() == Some(h2::Reason::REFUSED_STREAM)
+        }) {
             return true;
         }
         source = err.source();

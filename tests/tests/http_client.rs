@@ -871,3 +871,107 @@ fn a_request_whose_connection_task_died_may_have_taken_effect() {
     assert!(error.may_have_taken_effect(), "{error:?}");
     assert_eq!(error.classify(), Classification::Transient, "{error:?}");
 }
+
+/// An HTTP/2 server (the `h2` crate, prior knowledge, on 127.0.0.1) that
+/// answers every request by resetting its stream with `reason`, counting
+/// the requests it saw.
+async fn h2_resetting(reason: h2::Reason) -> (SocketAddr, Arc<AtomicU32>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(AtomicU32::new(0));
+    let counted = Arc::clone(&seen);
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            let counted = Arc::clone(&counted);
+            tokio::spawn(async move {
+                let Ok(mut connection) = h2::server::handshake(socket).await else {
+                    return;
+                };
+                while let Some(Ok((_request, mut respond))) = connection.accept().await {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    respond.send_reset(reason);
+                }
+            });
+        }
+    });
+    (addr, seen)
+}
+
+#[resilient(retries = 2)]
+async fn charge_over_h2(
+    client: &reqwest::Client,
+    addr: SocketAddr,
+    key: &IdempotencyKey,
+) -> Result<String, Error> {
+    let response = client
+        .post(format!("http://{addr}/charges"))
+        .idempotency_key(key)
+        .send_checked()
+        .await?;
+    Ok(response.text().await?)
+}
+
+/// RFC 9113 §8.7: a stream reset with `REFUSED_STREAM` was not processed,
+/// so the request is as good as not sent (transient, and certainly not
+/// done); a stream reset with any other reason, such as `CANCEL` from a
+/// handler that failed, may come after the request was handled.
+#[tokio::test]
+async fn an_http2_stream_refused_unprocessed_is_not_sent_and_other_resets_may_have_taken_effect() {
+    let client = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    // hyper's client sends a refused request again by itself (on a new
+    // stream, as RFC 9113 allows): the requests one send makes.
+    let mut per_send = 0;
+    for (reason, took_effect) in [
+        (h2::Reason::REFUSED_STREAM, false),
+        (h2::Reason::CANCEL, true),
+        (h2::Reason::INTERNAL_ERROR, true),
+    ] {
+        let (addr, seen) = h2_resetting(reason).await;
+        let sent = client
+            .post(format!("http://{addr}/charges"))
+            .send_checked()
+            .await;
+        let err = sent.unwrap_err();
+        let requests = seen.load(Ordering::SeqCst);
+        if reason == h2::Reason::REFUSED_STREAM {
+            assert!(requests >= 1, "{err:?}");
+            per_send = requests;
+        } else {
+            // Reset after it may have been handled: never sent again.
+            assert_eq!(requests, 1, "{reason:?}: {err:?}");
+        }
+        assert_eq!(
+            err.may_have_taken_effect(),
+            took_effect,
+            "{reason:?}: {err:?}"
+        );
+        assert_eq!(
+            err.classify(),
+            Classification::Transient,
+            "{reason:?}: {err:?}"
+        );
+        // The same verdict for a `reqwest::Error` wrapped in an error type
+        // of one's own, which delegates to `Classify for reqwest::Error`.
+        let raw = client
+            .post(format!("http://{addr}/charges"))
+            .send()
+            .await
+            .unwrap_err();
+        assert_eq!(
+            raw.may_have_taken_effect(),
+            took_effect,
+            "{reason:?}: {raw:?}"
+        );
+    }
+
+    // A keyed call is retried on refused streams, every attempt with the
+    // same key, and reports nothing done.
+    let (addr, seen) = h2_resetting(h2::Reason::REFUSED_STREAM).await;
+    let key = IdempotencyKey::random();
+    let err = charge_over_h2(&client, addr, &key).await.unwrap_err();
+    assert_eq!(seen.load(Ordering::SeqCst), 3 * per_send, "{err:?}");
+    assert!(!err.may_have_taken_effect(), "{err:?}");
+}
