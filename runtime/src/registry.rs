@@ -994,8 +994,6 @@ mod file {
     use crate::config::{ConfigError, Location, Problem, check_name, did_you_mean};
     use crate::{BreakerConfig, BudgetConfig, BulkheadConfig, ThrottleConfig};
 
-    const SECTIONS: &str =
-        "`registry`, `defaults`, `breakers`, `budgets`, `bulkheads`, `throttles`";
     const SECTION_NAMES: &[&str] = &[
         "registry",
         "defaults",
@@ -1233,7 +1231,10 @@ mod file {
                             None,
                             section_name,
                             shown(value.get_ref()),
-                            format!("expected a table (`[{section_name}]`); the file's sections are {SECTIONS}"),
+                            format!(
+                                "expected a table (`[{section_name}]`); the file's sections are {}",
+                                crate::config::list(SECTION_NAMES)
+                            ),
                         )
                         .at(src.at(section.span().start, None)),
                     );
@@ -1247,9 +1248,10 @@ mod file {
                     }
                     _ => problems.push(
                         Problem::of_file(format!(
-                            "unknown section `[{}]`; {}expected one of {SECTIONS}",
+                            "unknown section `[{}]`; {}expected one of {}",
                             key_path(section_name),
-                            did_you_mean(section_name, SECTION_NAMES)
+                            did_you_mean(section_name, SECTION_NAMES),
+                            crate::config::list(SECTION_NAMES)
                         ))
                         .at(src.at(section.span().start, None)),
                     ),
@@ -1273,7 +1275,7 @@ mod file {
                     ("unknown_names", Some("error")) => self.file.strict = Some(true),
                     ("unknown_names", Some("default")) => self.file.strict = Some(false),
                     ("unknown_names", _) => problems.push(Problem::new("registry", None, "unknown_names", shown(value.get_ref()), "expected \"default\" (unconfigured names get the default configuration) or \"error\" (they are refused, and `install` checks every name the program uses)").at(at)),
-                    (other, _) => problems.push(Problem::new("registry", None, other, shown(value.get_ref()), "unknown key; the `[registry]` section accepts `unknown_names`").at(at)),
+                    (other, _) => problems.push(Problem::new("registry", None, other, shown(value.get_ref()), format!("unknown key; {}the `[registry]` section accepts `unknown_names`", did_you_mean(other, &["unknown_names"]))).at(at)),
                 }
             }
         }

@@ -912,7 +912,8 @@ mod any_file {
 /// to be, before the list of accepted ones (as the attribute's errors do).
 #[test]
 fn a_misspelt_section_or_key_is_refused_with_a_did_you_mean() {
-    let text = "[breaker.payments]\nfailure_rate_threshold = 50\n\n\
+    let text = "[registry]\nunknown_name = \"error\"\n\n\
+                [breaker.payments]\nfailure_rate_threshold = 50\n\n\
                 [defaults.breakers]\nminimum_number_of_calls = 5\n\n\
                 [breakers.ledger]\nslow_call_duration_threshold = 5000\n\
                 minimum_number_of_call = 10\nfailure_threshold = 50\n";
@@ -922,6 +923,8 @@ fn a_misspelt_section_or_key_is_refused_with_a_did_you_mean() {
     };
     let shown = err.to_string();
     for expected in [
+        "`unknown_name` = \"error\": unknown key; did you mean `unknown_names`? \
+         the `[registry]` section accepts",
         "unknown section `[breaker]`; did you mean `breakers`? expected one of",
         "unknown section `[defaults.breakers]`; did you mean `breaker`? `[defaults]` accepts",
         "`slow_call_duration_threshold` = 5000: unknown key; did you mean \

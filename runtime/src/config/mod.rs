@@ -32,22 +32,25 @@ pub(crate) fn list<S: AsRef<str>>(items: impl IntoIterator<Item = S>) -> String 
 #[cfg(feature = "serde")]
 pub(crate) fn did_you_mean(given: &str, known: &[&str]) -> String {
     let given_lower = given.to_ascii_lowercase();
+    let given_chars = given_lower.chars().count();
     known
         .iter()
         .filter(|k| **k != given)
-        .map(|k| {
-            let prefix = given_lower.len() >= 4
+        .filter_map(|k| {
+            let k_chars = k.chars().count();
+            // One a prefix of the other, the shorter of at least 4
+            // characters: `kind` is not `k` misspelt.
+            let prefix = given_chars.min(k_chars) >= 4
                 && (k.starts_with(given_lower.as_str()) || given_lower.starts_with(*k));
-            (
-                if prefix {
-                    0
-                } else {
-                    strsim::levenshtein(&given_lower, k)
-                },
-                *k,
-            )
+            let distance = if prefix {
+                0
+            } else {
+                strsim::levenshtein(&given_lower, k)
+            };
+            // A letter or two off, in proportion, and never the whole
+            // name: `x` is not `k` misspelt either.
+            (distance <= (k_chars / 4).clamp(1, 3) && distance < k_chars).then_some((distance, *k))
         })
-        .filter(|(distance, k)| *distance <= (k.chars().count() / 4).clamp(1, 3))
         .min_by_key(|(distance, _)| *distance)
         .map_or_else(String::new, |(_, k)| format!("did you mean `{k}`? "))
 }
@@ -275,6 +278,8 @@ mod tests {
         "budgets",
         "bulkheads",
         "slow_call_duration_threshold_ms",
+        "k",
+        "window_ms",
     ];
 
     #[test]
@@ -288,6 +293,11 @@ mod tests {
         assert_eq!(did_you_mean("throttles", KEYS), "");
         assert_eq!(did_you_mean("", KEYS), "");
         assert_eq!(did_you_mean("b", KEYS), "");
+        // Short accepted names are not every short or k-initial name's match.
+        assert_eq!(did_you_mean("kind", KEYS), "");
+        assert_eq!(did_you_mean("x", KEYS), "");
+        assert_eq!(did_you_mean("K", KEYS), "did you mean `k`? ");
+        assert_eq!(did_you_mean("window", KEYS), "did you mean `window_ms`? ");
         assert_eq!(
             did_you_mean("breakers", KEYS),
             "",
