@@ -24,7 +24,7 @@
 //! | reqwest error | classification | may have taken effect |
 //! |---|---|---|
 //! | connecting (`is_connect`, including a connect timeout) | transient | no: nothing was sent |
-//! | over HTTP/2, the server's reset of the request's stream with `REFUSED_STREAM` (RFC 9113 §8.7: no processing was done; hyper's client has already sent it again itself) | transient | no |
+//! | over HTTP/2, the server's reset of the request's stream with `REFUSED_STREAM`, before any answer (RFC 9113 §8.7: no processing was done; reqwest's default retry policy has already sent it again twice, see `ClientBuilder::retry`) | transient | no |
 //! | timeout, reset (any other) or other failure after connecting (`is_timeout`, also while reading the body; `is_request`, `is_body`) | transient | yes: the request may have arrived |
 //! | a success body that arrived whole but does not decode (`is_decode`), a redirect loop | permanent | yes |
 //! | a body cut short while reading it (`is_decode` or `is_body` with an I/O cause) | transient | yes |
@@ -34,9 +34,9 @@
 //!
 //! A redirect is followed by reqwest inside the one request, and a
 //! failure to connect to its target (refused, or an `https` target on a
-//! client without TLS) is reported with the original URL, as a connect
-//! error: "not sent", and retried, although the original request was sent
-//! and answered. For calls that change state, build the client
+//! client without TLS), or a refused stream there, is reported with the
+//! original URL, as "not sent", and retried, although the original request
+//! was sent and answered. For calls that change state, build the client
 //! with `reqwest::redirect::Policy::none()`: the redirect then comes back
 //! as a response, and nothing is taken for unsent that was sent.
 
@@ -124,11 +124,15 @@ fn callers_body_failed(e: &::reqwest::Error) -> bool {
 }
 
 /// Over HTTP/2, the server reset the request's stream with
-/// `REFUSED_STREAM`, which says that it did no processing of the request
-/// (RFC 9113, section 8.7: safe to retry, whatever the method): the request
-/// is as good as not sent. Any other reset from the server may come after
-/// the request was handled.
+/// `REFUSED_STREAM` before any answer, which says that it did no processing
+/// of the request (RFC 9113, section 8.7: safe to retry, whatever the
+/// method): the request is as good as not sent. Any other reset from the
+/// server may come after the request was handled, and so may one while the
+/// response's body is read (`is_body`, `is_decode`): a status came first.
 fn refused_unprocessed(e: &::reqwest::Error) -> bool {
+    if e.is_body() || e.is_decode() {
+        return false;
+    }
     let mut source = std::error::Error::source(e);
     while let Some(err) = source {
         if err.downcast_ref::<h2::Error>().is_some_and(|h2| {

@@ -921,8 +921,8 @@ async fn an_http2_stream_refused_unprocessed_is_not_sent_and_other_resets_may_ha
         .http2_prior_knowledge()
         .build()
         .unwrap();
-    // hyper's client sends a refused request again by itself (on a new
-    // stream, as RFC 9113 allows): the requests one send makes.
+    // reqwest's default retry policy sends a refused request again by
+    // itself, twice (`ClientBuilder::retry`): the requests one send makes.
     let mut per_send = 0;
     for (reason, took_effect) in [
         (h2::Reason::REFUSED_STREAM, false),
