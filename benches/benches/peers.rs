@@ -1148,18 +1148,27 @@ fn thread_alone(c: &Case, settings: &Settings, pin: Option<usize>) -> Timing {
 /// meet different states; taking turns, every case meets the same ones.
 fn all_cases(settings: &Settings) -> Vec<Timing> {
     let turns = Turns::new(CASES.len());
+    // Every thread has made its runtime and its case (all of which
+    // allocate) before the first turn: one case's allocation count never
+    // sees another's set-up. Every case reaches `WARM_UP` once, through
+    // `Mode::drive`.
+    let set_up = Barrier::new(CASES.len());
     std::thread::scope(|s| {
         let threads: Vec<_> = CASES
             .iter()
             .enumerate()
             .map(|(k, c)| {
-                let turns = &turns;
+                let (turns, set_up) = (&turns, &set_up);
                 s.spawn(move || {
                     let rt = runtime();
                     let _guard = rt.enter();
                     // See `measure` for the phases.
                     let sync = move |phase: u8| match phase {
-                        WARM_UP | SAMPLE => turns.wait(k),
+                        WARM_UP => {
+                            set_up.wait();
+                            turns.wait(k);
+                        }
+                        SAMPLE => turns.wait(k),
                         COUNTED | SAMPLED => turns.pass(k),
                         _ => {}
                     };
