@@ -96,31 +96,27 @@ fn unsupported_scheme(e: &::reqwest::Error) -> bool {
 /// fault, not the server's: permanent, and no breaker counts it (review 31:
 /// retried, and a healthy server's breaker opened on it).
 fn callers_body_failed(e: &::reqwest::Error) -> bool {
-    let mut source = std::error::Error::source(e);
-    while let Some(err) = source {
-        if let Some(hyper) = err.downcast_ref::<hyper::Error>() {
-            // Of hyper's user errors, only the body's: others, such as a
-            // connection task gone with its runtime, may come after the
-            // request went out (review 32). Told by hyper's message, as no
-            // method names it; a message that changes falls back to "may
-            // have been sent", the safe side.
-            if hyper.is_body_write_aborted()
+    causes(e).any(|err| {
+        // Of hyper's user errors, only the body's: others, such as a
+        // connection task gone with its runtime, may come after the
+        // request went out (review 32). Told by hyper's message, as no
+        // method names it; a message that changes falls back to "may have
+        // been sent", the safe side.
+        err.downcast_ref::<hyper::Error>().is_some_and(|hyper| {
+            hyper.is_body_write_aborted()
                 || (hyper.is_user() && hyper.to_string().starts_with("error from user's Body"))
-            {
-                return true;
-            }
-        }
+        })
         // Over HTTP/2, the client resets the stream when the body fails: a
         // reset by this client's code, not h2's own (review 33).
-        if err
+        || err
             .downcast_ref::<h2::Error>()
             .is_some_and(|h2| h2.is_reset() && !h2.is_remote() && !h2.is_library())
-        {
-            return true;
-        }
-        source = err.source();
-    }
-    false
+    })
+}
+
+/// The errors `e` wraps, nearest first (its sources, not `e` itself).
+fn causes(e: &::reqwest::Error) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
+    std::iter::successors(std::error::Error::source(e), |err| err.source())
 }
 
 /// Over HTTP/2, the server reset the request's stream with
@@ -133,28 +129,16 @@ fn refused_unprocessed(e: &::reqwest::Error) -> bool {
     if e.is_body() || e.is_decode() {
         return false;
     }
-    let mut source = std::error::Error::source(e);
-    while let Some(err) = source {
-        if err.downcast_ref::<h2::Error>().is_some_and(|h2| {
+    causes(e).any(|err| {
+        err.downcast_ref::<h2::Error>().is_some_and(|h2| {
             h2.is_reset() && h2.is_remote() && h2.reason() == Some(h2::Reason::REFUSED_STREAM)
-        }) {
-            return true;
-        }
-        source = err.source();
-    }
-    false
+        })
+    })
 }
 
 /// Whether an I/O error is in `e`'s chain of sources.
 fn has_io_error(e: &::reqwest::Error) -> bool {
-    let mut source = std::error::Error::source(e);
-    while let Some(err) = source {
-        if err.is::<std::io::Error>() {
-            return true;
-        }
-        source = err.source();
-    }
-    false
+    causes(e).any(|err| err.is::<std::io::Error>())
 }
 
 /// reqwest reports a body cut short while `text()` or `json()` read it as
