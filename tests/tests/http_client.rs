@@ -897,20 +897,6 @@ async fn h2_resetting(reason: h2::Reason) -> (SocketAddr, Arc<AtomicU32>) {
     (addr, seen)
 }
 
-#[resilient(retries = 2)]
-async fn charge_over_h2(
-    client: &reqwest::Client,
-    addr: SocketAddr,
-    key: &IdempotencyKey,
-) -> Result<String, Error> {
-    let response = client
-        .post(format!("http://{addr}/charges"))
-        .idempotency_key(key)
-        .send_checked()
-        .await?;
-    Ok(response.text().await?)
-}
-
 /// RFC 9113 §8.7: a stream reset with `REFUSED_STREAM` was not processed,
 /// so the request is as good as not sent (transient, and certainly not
 /// done); a stream reset with any other reason, such as `CANCEL` from a
@@ -971,7 +957,8 @@ async fn an_http2_stream_refused_unprocessed_is_not_sent_and_other_resets_may_ha
     // same key, and reports nothing done.
     let (addr, seen) = h2_resetting(h2::Reason::REFUSED_STREAM).await;
     let key = IdempotencyKey::random();
-    let err = charge_over_h2(&client, addr, &key).await.unwrap_err();
-    assert_eq!(seen.load(Ordering::SeqCst), 3 * per_send, "{err:?}");
+    // `charge` (above): `retries = 3`, so four attempts.
+    let err = charge(&client, addr, &key).await.unwrap_err();
+    assert_eq!(seen.load(Ordering::SeqCst), 4 * per_send, "{err:?}");
     assert!(!err.may_have_taken_effect(), "{err:?}");
 }

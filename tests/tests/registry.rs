@@ -679,6 +679,15 @@ fn text_that_is_not_toml_is_refused_with_its_line_and_column() {
     assert!(err.to_string().contains("not valid TOML"), "{err}");
 }
 
+/// The error of building a registry from `text`, which must be refused;
+/// `accepted` says what a registry built from it would have let through.
+fn refused_file(text: &str, accepted: &str) -> resilient::ConfigError {
+    match Registry::builder().toml(text).and_then(|b| b.build()) {
+        Ok(_) => panic!("{accepted}"),
+        Err(e) => e,
+    }
+}
+
 /// A key written twice in a table is refused naming the key, its table and
 /// part, and the line of the repeat; a table written twice names the
 /// table. Either way the rest of the file is still checked, so the other
@@ -687,10 +696,7 @@ fn text_that_is_not_toml_is_refused_with_its_line_and_column() {
 fn a_key_or_table_written_twice_is_named_and_the_rest_still_checked() {
     let text = "[breakers.payments]\nfailure_rate_threshold = 50\nfailure_rate_threshold = 60\n\n\
                 [bulkheads.payments]\nmax_concurrent = 0\n";
-    let err = match Registry::builder().toml(text).and_then(|b| b.build()) {
-        Ok(_) => panic!("accepted a key written twice"),
-        Err(e) => e,
-    };
+    let err = refused_file(text, "accepted a key written twice");
     let shown = err.to_string();
     let twice = err
         .problems()
@@ -715,10 +721,7 @@ fn a_key_or_table_written_twice_is_named_and_the_rest_still_checked() {
 
     let text =
         "[breakers.p]\nfailure_rate_threshold = 50\n[breakers.p]\nminimum_number_of_calls = 0\n";
-    let err = match Registry::builder().toml(text).and_then(|b| b.build()) {
-        Ok(_) => panic!("accepted a table written twice"),
-        Err(e) => e,
-    };
+    let err = refused_file(text, "accepted a table written twice");
     let shown = err.to_string();
     assert!(
         shown.contains(
@@ -917,10 +920,7 @@ fn a_misspelt_section_or_key_is_refused_with_a_did_you_mean() {
                 [defaults.breakers]\nminimum_number_of_calls = 5\n\n\
                 [breakers.ledger]\nslow_call_duration_threshold = 5000\n\
                 minimum_number_of_call = 10\nfailure_threshold = 50\n";
-    let err = match Registry::builder().toml(text).and_then(|b| b.build()) {
-        Ok(_) => panic!("accepted misspelt names"),
-        Err(e) => e,
-    };
+    let err = refused_file(text, "accepted misspelt names");
     let shown = err.to_string();
     for expected in [
         "`unknown_name` = \"error\": unknown key; did you mean `unknown_names`? \
