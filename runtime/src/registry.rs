@@ -994,6 +994,8 @@ mod file {
     use crate::config::{ConfigError, Location, Problem, check_name, did_you_mean};
     use crate::{BreakerConfig, BudgetConfig, BulkheadConfig, ThrottleConfig};
 
+    /// The parts `[defaults]` gives defaults for.
+    const DEFAULT_KINDS: &[&str] = &["breaker", "budget", "bulkhead"];
     const SECTION_NAMES: &[&str] = &[
         "registry",
         "defaults",
@@ -1292,24 +1294,31 @@ mod file {
                 let at = ("(default)", kind.span().start);
                 match kind_name {
                     "breaker" => {
-                        if let Some(c) = part::<BreakerConfig>(src, "defaults", &path, at, value, problems) {
+                        if let Some(c) =
+                            part::<BreakerConfig>(src, "defaults", &path, at, value, problems)
+                        {
                             self.file.default_breaker = Some(c);
                         }
                     }
                     "budget" => {
-                        if let Some(c) = part::<BudgetConfig>(src, "defaults", &path, at, value, problems) {
+                        if let Some(c) =
+                            part::<BudgetConfig>(src, "defaults", &path, at, value, problems)
+                        {
                             self.file.default_budget = Some(c);
                         }
                     }
                     "bulkhead" => {
-                        if let Some(c) = part::<BulkheadConfig>(src, "defaults", &path, at, value, problems) {
+                        if let Some(c) =
+                            part::<BulkheadConfig>(src, "defaults", &path, at, value, problems)
+                        {
                             self.file.default_bulkhead = Some(c);
                         }
                     }
                     _ => problems.push(
                         Problem::of_file(format!(
-                            "unknown section `[{path}]`; {}`[defaults]` accepts `breaker`, `budget`, `bulkhead`",
-                            did_you_mean(kind_name, &["breaker", "budget", "bulkhead"])
+                            "unknown section `[{path}]`; {}`[defaults]` accepts {}",
+                            did_you_mean(kind_name, DEFAULT_KINDS),
+                            crate::config::list(DEFAULT_KINDS)
                         ))
                         .at(src.at(kind.span().start, Some("defaults"))),
                     ),
