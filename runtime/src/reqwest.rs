@@ -24,7 +24,7 @@
 //! | reqwest error | classification | may have taken effect |
 //! |---|---|---|
 //! | connecting (`is_connect`, including a connect timeout) | transient | no: nothing was sent |
-//! | over HTTP/2, the server's reset of the request's stream with `REFUSED_STREAM`, before any answer (RFC 9113 §8.7: no processing was done; reqwest's default retry policy has already sent it again twice, see `ClientBuilder::retry`) | transient | no |
+//! | over HTTP/2, the server's reset of the request's stream with `REFUSED_STREAM`, before any answer (RFC 9113 §8.7: no processing was done), or a graceful `GOAWAY` (`NO_ERROR`) whose last stream is before the request's (§6.8: not processed; a server shutting down). reqwest's default retry policy has already sent either again twice, see `ClientBuilder::retry` | transient | no |
 //! | timeout, reset (any other) or other failure after connecting (`is_timeout`, also while reading the body; `is_request`, `is_body`) | transient | yes: the request may have arrived |
 //! | a success body that arrived whole but does not decode (`is_decode`), a redirect loop | permanent | yes |
 //! | a body cut short while reading it (`is_decode` or `is_body` with an I/O cause) | transient | yes |
@@ -119,19 +119,31 @@ fn causes(e: &::reqwest::Error) -> impl Iterator<Item = &(dyn std::error::Error 
     std::iter::successors(std::error::Error::source(e), |err| err.source())
 }
 
-/// Over HTTP/2, the server reset the request's stream with
-/// `REFUSED_STREAM` before any answer, which says that it did no processing
-/// of the request (RFC 9113, section 8.7: safe to retry, whatever the
-/// method): the request is as good as not sent. Any other reset from the
-/// server may come after the request was handled, and so may one while the
-/// response's body is read (`is_body`, `is_decode`): a status came first.
+/// Over HTTP/2, the server said it did no processing of the request
+/// (safe to retry, whatever the method), so the request is as good as not
+/// sent:
+///
+/// * it reset the request's stream with `REFUSED_STREAM` before any answer
+///   (RFC 9113, section 8.7);
+/// * it is shutting down gracefully, and its `GOAWAY` (`NO_ERROR`) named a
+///   last stream before the request's (section 6.8). h2 fails with the
+///   server's `GOAWAY` only those streams, and requests not yet opened on
+///   the connection; a request the server took, left unanswered when the
+///   connection then closes, fails as a broken pipe (may have taken
+///   effect).
+///
+/// Any other reset from the server may come after the request was handled,
+/// and so may one while the response's body is read (`is_body`,
+/// `is_decode`): a status came first.
 fn refused_unprocessed(e: &::reqwest::Error) -> bool {
     if e.is_body() || e.is_decode() {
         return false;
     }
     causes(e).any(|err| {
         err.downcast_ref::<h2::Error>().is_some_and(|h2| {
-            h2.is_reset() && h2.is_remote() && h2.reason() == Some(h2::Reason::REFUSED_STREAM)
+            h2.is_remote()
+                && ((h2.is_reset() && h2.reason() == Some(h2::Reason::REFUSED_STREAM))
+                    || (h2.is_go_away() && h2.reason() == Some(h2::Reason::NO_ERROR)))
         })
     })
 }

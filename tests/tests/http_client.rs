@@ -962,3 +962,112 @@ async fn an_http2_stream_refused_unprocessed_is_not_sent_and_other_resets_may_ha
     assert_eq!(seen.load(Ordering::SeqCst), 4 * per_send, "{err:?}");
     assert!(!err.may_have_taken_effect(), "{err:?}");
 }
+
+/// An HTTP/2 server written frame by frame (prior knowledge, on 127.0.0.1)
+/// that answers each request's `HEADERS` with a graceful `GOAWAY`
+/// (`NO_ERROR`) and no answer, counting the requests it saw. `taken`:
+/// the `GOAWAY`'s last stream id is the request's own (the server took it,
+/// and then closes the connection without answering), else 0 (it took
+/// none: RFC 9113 §6.8, the request was not processed). Hand-written so
+/// that the `GOAWAY` goes out only once the request has arrived, which
+/// the `h2` crate's server cannot promise.
+async fn h2_going_away(taken: bool) -> (SocketAddr, Arc<AtomicU32>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(AtomicU32::new(0));
+    let counted = Arc::clone(&seen);
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let counted = Arc::clone(&counted);
+            tokio::spawn(async move {
+                let mut preface = [0u8; 24];
+                if socket.read_exact(&mut preface).await.is_err() {
+                    return;
+                }
+                // SETTINGS, empty: the defaults.
+                let _ = socket.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await;
+                let mut head = [0u8; 9];
+                while socket.read_exact(&mut head).await.is_ok() {
+                    let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+                    let (kind, flags) = (head[3], head[4]);
+                    let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]);
+                    let mut payload = vec![0u8; len];
+                    if socket.read_exact(&mut payload).await.is_err() {
+                        return;
+                    }
+                    match kind {
+                        // The client's SETTINGS: acknowledged.
+                        4 if flags & 1 == 0 => {
+                            let _ = socket.write_all(&[0, 0, 0, 4, 1, 0, 0, 0, 0]).await;
+                        }
+                        // A request's HEADERS.
+                        1 => {
+                            counted.fetch_add(1, Ordering::SeqCst);
+                            let last = if taken { stream } else { 0 };
+                            let mut goaway = vec![0, 0, 8, 7, 0, 0, 0, 0, 0];
+                            goaway.extend_from_slice(&last.to_be_bytes());
+                            goaway.extend_from_slice(&0u32.to_be_bytes()); // NO_ERROR
+                            let _ = socket.write_all(&goaway).await;
+                            if taken {
+                                return; // closed, the taken request unanswered
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            });
+        }
+    });
+    (addr, seen)
+}
+
+/// RFC 9113 §6.8: a request on a stream past a graceful `GOAWAY`'s last
+/// stream id was not processed, so it is as good as not sent (transient,
+/// certainly not done), and a keyed call retries it. A request the server
+/// took (at or under the last stream id) and then left unanswered when it
+/// closed the connection may have taken effect.
+#[tokio::test]
+async fn a_request_a_graceful_goaway_left_unprocessed_is_not_sent_and_one_it_took_may_have_taken_effect()
+ {
+    let client = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    let mut per_send = 0;
+    for taken in [false, true] {
+        let (addr, seen) = h2_going_away(taken).await;
+        let err = client
+            .post(format!("http://{addr}/charges"))
+            .send_checked()
+            .await
+            .unwrap_err();
+        let requests = seen.load(Ordering::SeqCst);
+        if taken {
+            assert_eq!(requests, 1, "never sent again: {err:?}");
+        } else {
+            // reqwest's default retry policy sends an unprocessed request
+            // again by itself (`ClientBuilder::retry`).
+            assert!(requests >= 1, "{err:?}");
+            per_send = requests;
+        }
+        assert_eq!(err.may_have_taken_effect(), taken, "taken {taken}: {err:?}");
+        assert_eq!(
+            err.classify(),
+            Classification::Transient,
+            "taken {taken}: {err:?}"
+        );
+        let raw = client
+            .post(format!("http://{addr}/charges"))
+            .send()
+            .await
+            .unwrap_err();
+        assert_eq!(raw.may_have_taken_effect(), taken, "taken {taken}: {raw:?}");
+    }
+
+    let (addr, seen) = h2_going_away(false).await;
+    let key = IdempotencyKey::random();
+    // `charge` (above): `retries = 3`, so four attempts.
+    let err = charge(&client, addr, &key).await.unwrap_err();
+    assert_eq!(seen.load(Ordering::SeqCst), 4 * per_send, "{err:?}");
+    assert!(!err.may_have_taken_effect(), "{err:?}");
+}
