@@ -493,6 +493,71 @@ fn concurrent_retry_after_holds_keep_the_later_end() {
     });
 }
 
+/// A `Retry-After` (200 s) recorded while the breaker is closed, racing the
+/// failure that opens it through the window: whichever lands first, the
+/// breaker ends open until the `Retry-After`, not only the 60 s wait, and
+/// exactly once.
+#[test]
+fn a_retry_after_racing_the_opening_failure_holds_the_breaker_until_it() {
+    model(|| {
+        let core = Arc::new(Core::new(
+            settings(WindowKind::Count(2), 2, 1),
+            Phase::Closed,
+        ));
+        let (throttled, _) = admitted(core.try_acquire(0)).unwrap();
+        let (failing, _) = admitted(core.try_acquire(0)).unwrap();
+        let c = core.clone();
+        let server = thread::spawn(move || {
+            let sample = Sample::Call {
+                failed: true,
+                slow: false,
+                hold_until_ns: Some(200 * SEC),
+            };
+            c.record(throttled, sample, 0)
+        });
+        let mine = core.record(failing, FAILURE, 0);
+        let theirs = server.join().unwrap();
+        assert_eq!(core.phase(), Phase::Open);
+        let opened = mine
+            .iter()
+            .chain(theirs.iter())
+            .flatten()
+            .filter(|t| t.from == Phase::Closed)
+            .count();
+        assert_eq!(opened, 1, "{mine:?} {theirs:?}");
+        assert_eq!(core.open_until_ns(), Some(200 * SEC));
+    });
+}
+
+/// The same in half-open: of two probes, one throttled with a
+/// `Retry-After` (200 s) and one failed, whichever is recorded last opens
+/// the breaker again, until the `Retry-After`.
+#[test]
+fn a_retry_after_of_a_probe_holds_the_breaker_its_sibling_reopens() {
+    model(|| {
+        let core = Arc::new(Core::new(
+            settings(WindowKind::Count(2), 2, 2),
+            Phase::Closed,
+        ));
+        core.transition_to(Phase::HalfOpen, 0);
+        let (throttled, _) = admitted(core.try_acquire(0)).unwrap();
+        let (failing, _) = admitted(core.try_acquire(0)).unwrap();
+        let c = core.clone();
+        let server = thread::spawn(move || {
+            let sample = Sample::Call {
+                failed: true,
+                slow: false,
+                hold_until_ns: Some(200 * SEC),
+            };
+            c.record(throttled, sample, 0);
+        });
+        core.record(failing, FAILURE, 0);
+        server.join().unwrap();
+        assert_eq!(core.phase(), Phase::Open);
+        assert_eq!(core.open_until_ns(), Some(200 * SEC));
+    });
+}
+
 /// A success that replaces a success writes nothing and skips the trip
 /// check; a failure racing it is still what opens the breaker. Window of
 /// two, both slots already successes, 50 % threshold: one thread records a

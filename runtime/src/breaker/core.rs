@@ -1118,6 +1118,12 @@ pub(crate) struct Core {
     /// | slow (21). Tagged rather than reset, so that a reset can never wipe
     /// counts of a later half-open period.
     half_open_counts: AtomicU64,
+    /// The latest end a server's `Retry-After` asked for while the breaker
+    /// was closed or half-open and did not open on it, in nanoseconds since
+    /// the origin (0: none): an opening before then waits until then (see
+    /// [`hold_open`](Core::hold_open)). Never cleared: an end in the past
+    /// changes nothing.
+    held_until: AtomicU64,
     window: Window,
 }
 
@@ -1128,6 +1134,7 @@ impl Core {
             state: AtomicU64::new(Word::new(initial, 0, 0).0),
             open_until: AtomicU64::new(0),
             half_open_counts: AtomicU64::new(GEN_MASK),
+            held_until: AtomicU64::new(0),
             window: Window::new(settings.window),
         }
     }
@@ -1341,6 +1348,17 @@ impl Core {
             Phase::HalfOpen => self.record_half_open(admission, failed, slow, now.ns()),
             Phase::Open | Phase::Disabled | Phase::ForcedOpen => None,
         };
+        // A breaker this record opened also waits out a `Retry-After` a
+        // racing call left while it was closed (see `hold_open`); the
+        // opening's end took in those recorded before it.
+        let hold_until_ns = if first.as_ref().is_some_and(|t| t.to == Phase::Open) {
+            // Read by a read-modify-write (that changes nothing): it reads
+            // the latest value, which the argument in `hold_open` needs.
+            let held = self.held_until.fetch_max(0, Ordering::SeqCst);
+            Some(hold_until_ns.map_or(held, |own| own.max(held)))
+        } else {
+            hold_until_ns
+        };
         let second = hold_until_ns.and_then(|until| self.hold_open(until, now.ns()));
         if first.is_some() || second.is_some() {
             performed([first, second]);
@@ -1387,12 +1405,13 @@ impl Core {
             return None;
         }
         let cause = self.tripping(failures, slows, calls)?;
-        let until = now.ns().saturating_add(self.settings.wait_ns);
+        let until = self.opening_end(now.ns());
         let open = Word::open(w.next_generation(), until);
         // A closed word carries no payload, so it changes only by a transition:
-        // one attempt suffices, and only one recorder can win it.
+        // one attempt suffices, and only one recorder can win it. Sequentially
+        // consistent with `hold_open`'s record of a `Retry-After` (see there).
         self.state
-            .compare_exchange(w.0, open.0, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(w.0, open.0, Ordering::SeqCst, Ordering::Acquire)
             .ok()
             .map(|_| {
                 self.publish_until(open, until);
@@ -1432,7 +1451,7 @@ impl Core {
         // Counted before the probe is marked recorded, so that the recorder that
         // completes the set finds every probe's failure already counted.
         self.add_half_open_counts(generation, failed, slow);
-        let until = now_ns.saturating_add(self.settings.wait_ns);
+        let until = self.opening_end(now_ns);
         let mut w = Word(self.state.load(Ordering::Acquire));
         loop {
             if w.phase() != Phase::HalfOpen || w.generation() != generation {
@@ -1516,19 +1535,50 @@ impl Core {
         }
     }
 
+    /// The end of an open state the window's verdict begins at `now_ns`:
+    /// the configured wait, or a `Retry-After` recorded while the breaker
+    /// was closed or half-open, if that ends later.
+    fn opening_end(&self, now_ns: u64) -> u64 {
+        let waited = now_ns.saturating_add(self.settings.wait_ns);
+        waited.max(self.held_until.load(Ordering::Acquire))
+    }
+
     /// A server's `Retry-After` (already bounded) asks us to stay away until
     /// `until_ns`: an open breaker stays open at least that long (never
     /// shorter than it already would); a closed or half-open one opens only
-    /// when the configuration opts in.
+    /// when the configuration opts in. Otherwise it is kept, and a breaker
+    /// the window opens before then stays open until then: the server said
+    /// when it can take calls again, whichever failure opened the breaker.
+    /// Kept, then the state read again; an opening swaps the state, then
+    /// reads what is kept ([`record_then`](Core::record_then)). Each read is
+    /// a read-modify-write (one that changes nothing), which reads the
+    /// latest value: whichever of the two reads comes second sees the
+    /// other's write, so either this one sees the breaker open and
+    /// lengthens its wait here, or the opener sees the `Retry-After`.
     fn hold_open(&self, until_ns: u64, now_ns: u64) -> Option<Transition> {
         if until_ns <= now_ns {
             return None;
         }
         let mut w = Word(self.state.load(Ordering::Acquire));
+        let mut kept = false;
         loop {
             let next = match w.phase() {
                 Phase::Closed | Phase::HalfOpen if self.settings.retry_after_opens => {
                     Word::open(w.next_generation(), until_ns)
+                }
+                Phase::Closed | Phase::HalfOpen if !kept => {
+                    self.held_until.fetch_max(until_ns, Ordering::SeqCst);
+                    kept = true;
+                    match self
+                        .state
+                        .compare_exchange(w.0, w.0, Ordering::SeqCst, Ordering::SeqCst)
+                    {
+                        Ok(_) => return None,
+                        Err(actual) => {
+                            w = Word(actual);
+                            continue;
+                        }
+                    }
                 }
                 // A new generation even when only the end moves, so that each
                 // end published belongs to one word (see `publish_until`).
