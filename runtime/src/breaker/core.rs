@@ -1118,13 +1118,13 @@ pub(crate) struct Core {
     /// | slow (21). Tagged rather than reset, so that a reset can never wipe
     /// counts of a later half-open period.
     half_open_counts: AtomicU64,
+    window: Window,
     /// The latest end a server's `Retry-After` asked for while the breaker
     /// was closed or half-open and did not open on it, in nanoseconds since
     /// the origin (0: none): an opening before then waits until then (see
     /// [`hold_open`](Core::hold_open)). Never cleared: an end in the past
     /// changes nothing.
     held_until: AtomicU64,
-    window: Window,
 }
 
 impl Core {
@@ -1134,8 +1134,8 @@ impl Core {
             state: AtomicU64::new(Word::new(initial, 0, 0).0),
             open_until: AtomicU64::new(0),
             half_open_counts: AtomicU64::new(GEN_MASK),
-            held_until: AtomicU64::new(0),
             window: Window::new(settings.window),
+            held_until: AtomicU64::new(0),
         }
     }
 
@@ -1348,18 +1348,10 @@ impl Core {
             Phase::HalfOpen => self.record_half_open(admission, failed, slow, now.ns()),
             Phase::Open | Phase::Disabled | Phase::ForcedOpen => None,
         };
-        // A breaker this record opened also waits out a `Retry-After` a
-        // racing call left while it was closed (see `hold_open`); the
-        // opening's end took in those recorded before it.
-        let hold_until_ns = if first.as_ref().is_some_and(|t| t.to == Phase::Open) {
-            // Read by a read-modify-write (that changes nothing): it reads
-            // the latest value, which the argument in `hold_open` needs.
-            let held = self.held_until.fetch_max(0, Ordering::SeqCst);
-            Some(hold_until_ns.map_or(held, |own| own.max(held)))
-        } else {
-            hold_until_ns
+        let second = match &first {
+            Some(t) if t.to == Phase::Open => self.opened_then_hold(hold_until_ns, now.ns()),
+            _ => hold_until_ns.and_then(|until| self.hold_open(until, now.ns())),
         };
-        let second = hold_until_ns.and_then(|until| self.hold_open(until, now.ns()));
         if first.is_some() || second.is_some() {
             performed([first, second]);
         }
@@ -1533,6 +1525,17 @@ impl Core {
         } else {
             (0, 0)
         }
+    }
+
+    /// [`hold_open`](Core::hold_open) for a record that opened the breaker:
+    /// its own `Retry-After` (`own`), and one a racing call kept while the
+    /// breaker was closed (the opening's end took in those kept before it).
+    /// What is kept is read by a read-modify-write that changes nothing: it
+    /// reads the latest value, which the argument in `hold_open` needs.
+    #[cold]
+    fn opened_then_hold(&self, own: Option<u64>, now_ns: u64) -> Option<Transition> {
+        let held = self.held_until.fetch_max(0, Ordering::SeqCst);
+        self.hold_open(own.map_or(held, |own| own.max(held)), now_ns)
     }
 
     /// The end of an open state the window's verdict begins at `now_ns`:
