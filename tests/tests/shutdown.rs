@@ -611,6 +611,72 @@ async fn a_handler_the_idempotency_layer_runs_alone_has_its_calls_admitted() {
     assert_eq!((status.as_u16(), body.as_str()), (200, "done"));
 }
 
+static CHARGES_RUN: AtomicU32 = AtomicU32::new(0);
+
+async fn charge_handler() -> &'static str {
+    CHARGES_RUN.fetch_add(1, Ordering::SeqCst);
+    "charged"
+}
+
+/// A new request that carries an `Idempotency-Key` is refused while the
+/// process drains, before its handler runs, as one without a key is,
+/// whichever of `IdempotencyLayer` and `ResilienceLayer` is outside, and
+/// with `IdempotencyLayer` alone (helper audit, 2026-11-27: with
+/// `IdempotencyLayer` outside, the keyed request was taken for work already
+/// in flight and its handler ran; the drain would have waited for it too).
+/// Its key is not kept: once the process serves again, the request runs.
+#[tokio::test]
+async fn a_new_keyed_request_is_refused_while_draining_whatever_the_order_of_the_layers() {
+    use axum::Router;
+    use axum::routing::post;
+    use resilient::tower::{IdempotencyLayer, ResilienceLayer};
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let shutdown = GracefulShutdown::install();
+    let routes = || Router::new().route("/charges", post(charge_handler));
+    for (order, router) in [
+        (
+            "idempotency outside",
+            routes()
+                .layer(ResilienceLayer::new())
+                .layer(IdempotencyLayer::new()),
+        ),
+        (
+            "resilience outside",
+            routes()
+                .layer(IdempotencyLayer::new())
+                .layer(ResilienceLayer::new()),
+        ),
+        ("idempotency alone", routes().layer(IdempotencyLayer::new())),
+    ] {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+        let client = reqwest::Client::new();
+        let send = |key: &'static str| {
+            client
+                .post(format!("http://{addr}/charges"))
+                .header("idempotency-key", key)
+                .body("1")
+                .send()
+        };
+        let before = CHARGES_RUN.load(Ordering::SeqCst);
+        assert!(shutdown.drain(Duration::from_millis(100)).await.is_clean());
+        let refused = send("new-during-drain").await.unwrap();
+        let status = refused.status();
+        let do_not_retry = refused.headers().get("do-not-retry").cloned();
+        let body = refused.text().await.unwrap();
+        assert_eq!(status.as_u16(), 503, "{order}: {body}");
+        assert_eq!(do_not_retry, None, "{order}: another instance may take it");
+        assert_eq!(CHARGES_RUN.load(Ordering::SeqCst), before, "{order}");
+        shutdown.resume();
+        let served = send("new-during-drain").await.unwrap();
+        assert_eq!(served.status().as_u16(), 200, "{order}");
+        assert_eq!(served.text().await.unwrap(), "charged", "{order}");
+        assert_eq!(CHARGES_RUN.load(Ordering::SeqCst), before + 1, "{order}");
+        server.abort();
+    }
+}
+
 #[resilient(deadline_ms = 10_000)]
 async fn grpc_dependency() -> Result<(), tonic::Status> {
     Ok(())

@@ -73,6 +73,11 @@ const DEFAULT_MAX_RUN_WITHOUT_CLIENT: Duration = Duration::from_secs(60);
 ///   Its answer is then kept for the repeats all the same: forgetting the
 ///   key there would let a retry run the work a second time. A graceful
 ///   shutdown's drain waits for it ([`GracefulShutdown`](crate::GracefulShutdown)).
+///   A new request (its key not yet running) that arrives while the
+///   process drains is refused before its handler starts, with the same
+///   503 as [`ResilienceLayer`](super::ResilienceLayer)'s (another instance
+///   may take it), and its key is not kept; whichever of the two layers is
+///   outside, and without `ResilienceLayer`.
 ///   A handler still running [`max_run_without_client`](Self::max_run_without_client)
 ///   after its request went away is cut. (Outside a tokio runtime there is
 ///   no task to run it on: it runs in the request.)
@@ -671,6 +676,7 @@ where
                 "invalid Idempotency-Key: 1 to 255 visible ASCII characters other than quote and backslash",
             ))));
         };
+        let grpc = super::is_grpc(&request);
         // The ready service runs this request; the clone takes its place
         // (tower's usual pattern for services called from a future).
         let clone = self.inner.clone();
@@ -742,6 +748,19 @@ where
                             started: false,
                         };
                         let request = request.take().expect("runs once: the loop returns after");
+                        // One unit of work for a graceful shutdown, until
+                        // the handler ends: refused before it runs when
+                        // draining, unless it runs inside work already in
+                        // flight (a `ResilienceLayer` outside this one
+                        // admitted the request), which it is then part of;
+                        // counted now, while the request still holds its
+                        // place, so a drain between the two never finds the
+                        // work idle. Refused, the request has not run: the
+                        // guard forgets the key (a repeat may run it).
+                        let in_flight = match crate::shutdown::admit(crate::frame::in_call()) {
+                            Ok(in_flight) => in_flight,
+                            Err(refusal) => return Ok(super::shutting_down(grpc, &refusal)),
+                        };
                         // Dropped while waiting here, the request has not
                         // run: the guard forgets the key.
                         std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
@@ -753,14 +772,10 @@ where
                         // kept for the repeats. Outside a tokio runtime
                         // (no task to spawn on), it runs here.
                         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-                            return run.await;
+                            let answer = run.await;
+                            drop(in_flight);
+                            return answer;
                         };
-                        // Work a graceful shutdown waits for, until it ends
-                        // (the request's own unit, `ResilienceLayer`'s, ends
-                        // when the request is dropped): counted now, while
-                        // the request still holds its place, so a drain
-                        // between the two never finds the work idle.
-                        let in_flight = crate::shutdown::hold();
                         // Resolves (closed) when this request is dropped.
                         let (_attached, gone) = tokio::sync::oneshot::channel::<()>();
                         let limit = store.settings.max_run_without_client;
