@@ -128,6 +128,58 @@ impl IdempotencyKey {
         }
     }
 
+    /// The key an `Idempotency-Key` header value carries, written either
+    /// bare, as Stripe and most payment APIs send it (`order-8812`), or as a
+    /// structured-field string (RFC 8941 §3.3.3), as the IETF draft
+    /// `draft-ietf-httpapi-idempotency-key-header` defines the field
+    /// (`"order-8812"`, whose `\"` and `\\` escapes are undone). Either way
+    /// the key itself must be one [`from_stable_id`](Self::from_stable_id)
+    /// accepts, so the two spellings of a key are the same key. Whitespace
+    /// around the value is ignored; anything after a quoted string
+    /// (structured-field parameters) is refused.
+    ///
+    /// ```
+    /// use resilient::IdempotencyKey;
+    ///
+    /// let bare = IdempotencyKey::from_header_value("order-8812").unwrap();
+    /// let quoted = IdempotencyKey::from_header_value("\"order-8812\"").unwrap();
+    /// assert_eq!(bare, quoted);
+    /// assert!(IdempotencyKey::from_header_value("\"order 8812\"").is_err());
+    /// ```
+    pub fn from_header_value(value: &str) -> Result<Self, InvalidIdempotencyKey> {
+        let value = value.trim_matches([' ', '\t']);
+        let Some(quoted) = value.strip_prefix('"') else {
+            return Self::from_stable_id(value);
+        };
+        let mut key = String::new();
+        let mut chars = quoted.chars();
+        loop {
+            match chars.next() {
+                None => {
+                    return Err(InvalidIdempotencyKey::new(
+                        "its quoted string is not closed",
+                    ));
+                }
+                Some('"') => break,
+                Some('\\') => match chars.next() {
+                    Some(c @ ('"' | '\\')) => key.push(c),
+                    _ => {
+                        return Err(InvalidIdempotencyKey::new(
+                            "its quoted string escapes a character other than `\"` or `\\`",
+                        ));
+                    }
+                },
+                Some(c) => key.push(c),
+            }
+        }
+        if !chars.as_str().is_empty() {
+            return Err(InvalidIdempotencyKey::new(
+                "something follows its quoted string",
+            ));
+        }
+        Self::from_stable_id(key)
+    }
+
     /// The key as text, ready for an `Idempotency-Key` header.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -156,6 +208,12 @@ impl AsRef<str> for IdempotencyKey {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InvalidIdempotencyKey {
     reason: &'static str,
+}
+
+impl InvalidIdempotencyKey {
+    fn new(reason: &'static str) -> Self {
+        InvalidIdempotencyKey { reason }
+    }
 }
 
 impl fmt::Display for InvalidIdempotencyKey {

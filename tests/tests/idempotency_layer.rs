@@ -222,6 +222,25 @@ async fn keys_expire() {
     assert_eq!(after, (StatusCode::CREATED, false, "charge 2 of 1".into()));
 }
 
+/// The IETF draft defines the field as a structured-field string
+/// (`Idempotency-Key: "…"`); Stripe and most payment APIs send the key bare.
+/// Both are read, as the same key (helper audit, 2026-11-27: the quoted form
+/// was refused with 400).
+#[tokio::test]
+async fn a_key_sent_quoted_as_the_draft_writes_it_is_the_same_key_as_bare() {
+    let provider = Arc::new(Provider::default());
+    let addr = serve(provider.clone(), IdempotencyLayer::new()).await;
+    let quoted = post_charge(addr, Some("\"order-q\""), "7").await;
+    assert_eq!(quoted, (StatusCode::CREATED, false, "charge 1 of 7".into()));
+    let bare = post_charge(addr, Some("order-q"), "7").await;
+    assert_eq!(bare, (StatusCode::CREATED, true, "charge 1 of 7".into()));
+    assert_eq!(provider.runs.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        post_charge(addr, Some("\"with space\""), "7").await.0,
+        StatusCode::BAD_REQUEST
+    );
+}
+
 #[tokio::test]
 async fn an_invalid_key_or_a_large_body_is_refused() {
     let provider = Arc::new(Provider::default());

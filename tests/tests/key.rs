@@ -66,4 +66,58 @@ proptest! {
             prop_assert_eq!(key.as_str(), s.as_str());
         }
     }
+
+    /// Whatever a header holds, reading it never panics, and a key read
+    /// from it is one `from_stable_id` accepts.
+    #[test]
+    fn any_header_value_reads_as_a_valid_key_or_an_error(s in "\\PC{0,300}") {
+        if let Ok(key) = IdempotencyKey::from_header_value(&s) {
+            prop_assert!(IdempotencyKey::from_stable_id(key.as_str()).is_ok());
+        }
+    }
+
+    /// A key reads back as itself, bare or as a structured-field string
+    /// (RFC 8941 §3.3.3), with whitespace around: the same key either way.
+    #[test]
+    fn a_key_reads_the_same_bare_or_quoted(
+        s in "[!#-\\[\\]-~]{1,255}",
+        pad_l in "[ \t]{0,2}",
+        pad_r in "[ \t]{0,2}",
+    ) {
+        let key = IdempotencyKey::from_stable_id(&s).unwrap();
+        let bare = IdempotencyKey::from_header_value(&format!("{pad_l}{s}{pad_r}")).unwrap();
+        let quoted = IdempotencyKey::from_header_value(&format!("{pad_l}\"{s}\"{pad_r}")).unwrap();
+        prop_assert_eq!(&bare, &key);
+        prop_assert_eq!(&quoted, &key);
+    }
+}
+
+/// The IETF draft's own example, and what a structured-field string may
+/// hold that a key may not (a space, escaped quotes and backslashes), or
+/// what is not one (unclosed, an unknown escape, parameters after it).
+#[test]
+fn header_values_are_read_bare_or_as_the_drafts_quoted_strings() {
+    let drafts = "\"8e03978e-40d5-43e8-bc93-6894a57f9324\"";
+    assert_eq!(
+        IdempotencyKey::from_header_value(drafts).unwrap().as_str(),
+        "8e03978e-40d5-43e8-bc93-6894a57f9324"
+    );
+    for bad in [
+        "",
+        "\"\"",
+        "\"with space\"",
+        "\"esc\\\"aped\"",
+        "\"back\\\\slash\"",
+        "\"unclosed",
+        "\"bad\\escape\"",
+        "\"key\";param=1",
+        "\"key\" trailing",
+        "bare with space",
+    ] {
+        let err = IdempotencyKey::from_header_value(bad).unwrap_err();
+        assert!(
+            err.to_string().starts_with("invalid idempotency key: "),
+            "{bad}: {err}"
+        );
+    }
 }

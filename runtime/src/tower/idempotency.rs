@@ -91,8 +91,11 @@ const DEFAULT_MAX_RUN_WITHOUT_CLIENT: Duration = Duration::from_secs(60);
 /// * The same key with a different method, path or body is refused with
 ///   `422 Unprocessable Content` (the key was reused for another
 ///   operation: IETF draft `draft-ietf-httpapi-idempotency-key-header`).
-/// * An invalid key (see [`IdempotencyKey::from_stable_id`](crate::IdempotencyKey::from_stable_id))
-///   is refused with 400, a body over the limit with 413.
+/// * The key is read bare (`Idempotency-Key: order-8812`, as Stripe and most
+///   payment APIs send it) or as a structured-field string
+///   (`Idempotency-Key: "order-8812"`, as the IETF draft defines the field):
+///   the same key either way ([`IdempotencyKey::from_header_value`](crate::IdempotencyKey::from_header_value)).
+///   An invalid key is refused with 400, a body over the limit with 413.
 /// * Requests without the header pass through untouched.
 ///
 /// The store is in memory, per process, bounded ([`capacity`](Self::capacity)
@@ -669,11 +672,11 @@ where
         let key = key
             .to_str()
             .ok()
-            .and_then(|k| crate::IdempotencyKey::from_stable_id(k).ok());
+            .and_then(|k| crate::IdempotencyKey::from_header_value(k).ok());
         let Some(key) = key else {
             return Box::pin(std::future::ready(Ok(problem(
                 StatusCode::BAD_REQUEST,
-                "invalid Idempotency-Key: 1 to 255 visible ASCII characters other than quote and backslash",
+                "invalid Idempotency-Key: 1 to 255 visible ASCII characters other than quote and backslash, bare or as a quoted string",
             ))));
         };
         let grpc = super::is_grpc(&request);
