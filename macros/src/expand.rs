@@ -776,10 +776,14 @@ fn rename_self_in(tokens: TokenStream, mut formatting: Option<usize>) -> TokenSt
                 }));
             }
             // A `use` tree's group (`use std::fmt::{self, Write}`): paths
-            // only, whose `self` is the module's (review 40: renamed).
+            // only, whose `self` is the module's (review 40: renamed). After
+            // a path's `::`, not a single `:` (a labelled block, `'l: {…}`,
+            // or a field's value, `Out { a: {…} }`, whose `self` is the
+            // method's: left as it was, it was moved into every attempt).
             TokenTree::Group(g)
                 if g.delimiter() == Delimiter::Brace
-                    && matches!(out.last(), Some(TokenTree::Punct(p)) if p.as_char() == ':') =>
+                    && matches!(&out[..], [.., TokenTree::Punct(a), TokenTree::Punct(b)]
+                        if a.as_char() == ':' && a.spacing() == Spacing::Joint && b.as_char() == ':') =>
             {
                 out.push(TokenTree::Group(g));
             }

@@ -380,6 +380,47 @@ impl Service {
     }
 }
 
+/// The sum of the receiver's count and the dependency's answer, its
+/// `self` used inside a labelled block and a field's block.
+struct Parts {
+    count: u32,
+}
+
+impl Service {
+    #[resilient(retries = 1, idempotent, base_ms = 1, cap_ms = 1)]
+    async fn in_blocks(self: Arc<Self>) -> Result<u32, TestError> {
+        let n = self.dep.call().await?;
+        let counted = 'read: {
+            if self.calls.load(Ordering::SeqCst) > 100 {
+                break 'read 0;
+            }
+            self.calls.load(Ordering::SeqCst)
+        };
+        let parts = Parts {
+            count: { self.calls.load(Ordering::SeqCst) + counted },
+        };
+        Ok(parts.count + n)
+    }
+}
+
+/// `self` in a labelled block (`'l: { … }`) or a field's block
+/// (`Out { a: { … } }`) of an `Arc<Self>` method that retries is the
+/// attempt's copy, as everywhere else in the body (helper audit,
+/// 2026-11-27: taken for a `use` tree's group and left as it was, the
+/// receiver was moved into the first attempt, and the method did not
+/// compile).
+#[tokio::test(start_paused = true)]
+async fn self_in_a_labelled_block_or_a_fields_block_is_the_attempts_copy() {
+    let s = Arc::new(Service {
+        dep: Dependency::failing_with(vec![TestError::Transient]),
+        calls: AtomicU32::new(3),
+    });
+    // The dependency answers with its count of attempts: 2.
+    assert_eq!(s.clone().in_blocks().await.unwrap(), 3 + 3 + 2);
+    assert_eq!(s.dep.attempts(), 2);
+    assert_eq!(Arc::strong_count(&s), 1);
+}
+
 /// `stringify!(self)` in an `Arc<Self>` method that retries reads "self",
 /// as without the attribute: the attempt's copy of the receiver is the
 /// expansion's, not the user's text (review 40).
