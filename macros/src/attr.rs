@@ -249,6 +249,25 @@ impl Args {
         let wrong = |span: Span| syn::Error::new(span, format!("`{name}` takes {expects}"));
         match name {
             "retries" | "deadline_ms" | "timeout_ms" | "base_ms" | "cap_ms" => {
+                // A constant or an expression: the attribute reads its
+                // arguments as the function compiles, before any value is
+                // known.
+                if !input.peek(syn::Lit) && !input.peek(Token![-]) {
+                    if let Ok(expr) = input.fork().parse::<syn::Expr>() {
+                        let example = match name {
+                            "retries" => "3",
+                            "base_ms" => "100",
+                            _ => "1000",
+                        };
+                        return Err(syn::Error::new_spanned(
+                            &expr,
+                            format!(
+                                "`{name}` takes a whole number written out, like `{name} = {example}`: the attribute reads its arguments as the function compiles, so it cannot use the value of `{}`; write the number itself",
+                                expr.to_token_stream()
+                            ),
+                        ));
+                    }
+                }
                 let lit: LitInt = input.parse().map_err(|e| wrong(e.span()))?;
                 let tokens = quote::quote!(#key = #lit);
                 match name {
@@ -291,6 +310,22 @@ impl Args {
                 }
             }
             "fallback" | "classify" => {
+                // Quoted, as the names of parts are: the path itself.
+                if input.peek(LitStr) {
+                    let lit: LitStr = input.parse()?;
+                    let text = lit.value();
+                    let example = if lit.parse::<Path>().is_ok() {
+                        format!(": write `{name} = {text}`")
+                    } else {
+                        String::new()
+                    };
+                    return Err(syn::Error::new(
+                        lit.span(),
+                        format!(
+                            "`{name}` takes a path to a function, without quotes{example} (only `breaker`, `budget`, `bulkhead`, `backoff` and `crate` take strings)"
+                        ),
+                    ));
+                }
                 let path: Path = input.parse().map_err(|e| wrong(e.span()))?;
                 let tokens = path.to_token_stream();
                 if name == "fallback" {

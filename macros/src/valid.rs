@@ -162,7 +162,9 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
             );
         }
     }
-    if retries == 0 {
+    // Without `retries` (not `retries = 0`, refused above: telling to add
+    // the key written there would confuse).
+    if args.retries.is_none() {
         for (key, tokens) in [
             ("backoff", args.backoff.as_ref().map(|b| &b.tokens)),
             ("base_ms", args.base_ms.as_ref().map(|b| &b.tokens)),
