@@ -650,7 +650,9 @@ pub struct FallbackSnapshot {
 /// the code's, so what runs is what the operator's file says. The same
 /// holds for `[defaults.*]` against `default_breaker` and friends, and for
 /// `[registry] unknown_names` against [`strict`](RegistryBuilder::strict).
-/// Between two files, the later one wins.
+/// Between two files, the later one wins. A setting made in code is
+/// validated all the same: an invalid one is refused even where a file
+/// overrides it, since it is a mistake in the code.
 #[derive(Debug, Default)]
 pub struct RegistryBuilder {
     code: Layer,
@@ -785,45 +787,55 @@ impl RegistryBuilder {
     /// settings from a file, the file, line and table).
     pub fn build(self) -> Result<Registry, ConfigError> {
         let mut problems = self.problems;
-        let layer = self.code.overridden_by(self.file);
-        let strict = layer.strict.unwrap_or(false);
-        let default_breaker = layer.default_breaker.unwrap_or_default();
-        let default_budget = layer.default_budget.unwrap_or_default();
-        let default_bulkhead = layer.default_bulkhead.unwrap_or_default();
-        problems.extend(default_breaker.validate("(default)"));
-        problems.extend(default_budget.validate("(default)"));
-        problems.extend(default_bulkhead.validate("(default)"));
-        // Names from files were checked (and placed) as they were read, and
-        // never reach the maps when refused; only names from code remain.
+        // Every setting made in code is validated, also one a file
+        // overrides: a mistake in code stays one, and must not wait to be
+        // found until the file's table is removed. A file's settings were
+        // validated, and its names checked, as it was read; refused, they
+        // never reach its layer.
+        let code = &self.code;
+        if let Some(c) = &code.default_breaker {
+            problems.extend(c.validate("(default)"));
+        }
+        if let Some(c) = &code.default_budget {
+            problems.extend(c.validate("(default)"));
+        }
+        if let Some(c) = &code.default_bulkhead {
+            problems.extend(c.validate("(default)"));
+        }
         let mut named = |section: &'static str, name: &str| {
             if let Err(reason) = check_name(name) {
                 problems.push(Problem::part(section, name, reason));
             }
         };
-        for name in layer.breakers.keys() {
+        for name in code.breakers.keys() {
             named("breaker", name);
         }
-        for name in layer.budgets.keys() {
+        for name in code.budgets.keys() {
             named("budget", name);
         }
-        for name in layer.bulkheads.keys() {
+        for name in code.bulkheads.keys() {
             named("bulkhead", name);
         }
-        for name in layer.throttles.keys() {
+        for name in code.throttles.keys() {
             named("throttle", name);
         }
-        for (name, c) in &layer.breakers {
+        for (name, c) in &code.breakers {
             problems.extend(c.validate(name));
         }
-        for (name, c) in &layer.budgets {
+        for (name, c) in &code.budgets {
             problems.extend(c.validate(name));
         }
-        for (name, c) in &layer.bulkheads {
+        for (name, c) in &code.bulkheads {
             problems.extend(c.validate(name));
         }
-        for (name, c) in &layer.throttles {
+        for (name, c) in &code.throttles {
             problems.extend(c.validate(name));
         }
+        let layer = self.code.overridden_by(self.file);
+        let strict = layer.strict.unwrap_or(false);
+        let default_breaker = layer.default_breaker.unwrap_or_default();
+        let default_budget = layer.default_budget.unwrap_or_default();
+        let default_bulkhead = layer.default_bulkhead.unwrap_or_default();
         ConfigError::from_problems(problems)?;
 
         let configured = Configured {

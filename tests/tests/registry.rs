@@ -552,6 +552,45 @@ fn code_given_after_the_file_does_not_override_it() {
     );
 }
 
+/// A setting made in code that is invalid is refused even when a file
+/// overrides it (helper audit, 2026-11-27: only the merged configuration
+/// was validated, so a 500 % threshold in code went unreported until
+/// someone removed the file's table). Its problem names the part, the key
+/// and the value, as any other.
+#[test]
+fn an_invalid_setting_in_code_is_refused_even_where_a_file_overrides_it() {
+    let err = Registry::builder()
+        .breaker(
+            "payments",
+            BreakerConfig::default().failure_rate_threshold(500.0),
+        )
+        .default_breaker(BreakerConfig::default().failure_rate_threshold(-1.0))
+        .toml("[breakers.payments]\nfailure_rate_threshold = 60\n\n[defaults.breaker]\nfailure_rate_threshold = 40\n")
+        .unwrap()
+        .build()
+        .unwrap_err();
+    let text = err.to_string();
+    assert_eq!(err.problems().len(), 2, "{text}");
+    assert!(text.contains("breaker `payments`"), "{text}");
+    assert!(text.contains("failure_rate_threshold"), "{text}");
+    assert!(text.contains("500"), "{text}");
+    assert!(text.contains("-1"), "{text}");
+    // Valid in code, the file's settings are what runs.
+    let registry = Registry::builder()
+        .breaker(
+            "payments",
+            BreakerConfig::default().failure_rate_threshold(10.0),
+        )
+        .toml("[breakers.payments]\nfailure_rate_threshold = 60\n")
+        .unwrap()
+        .build()
+        .unwrap();
+    assert_eq!(
+        registry.breaker("payments").unwrap().config(),
+        &BreakerConfig::default().failure_rate_threshold(60.0)
+    );
+}
+
 /// The registry accepted names no attribute can use (empty, with spaces,
 /// with characters the attribute refuses): configuration that silently
 /// configured nothing.
