@@ -1239,16 +1239,32 @@ mod file {
             for (section, value) in doc.get_ref() {
                 let section_name = section.get_ref().as_ref();
                 let DeValue::Table(table) = value.get_ref() else {
+                    // A key outside any table: the one of `[registry]`, or
+                    // the builder's `strict` written as a key, go there;
+                    // a section's name is one written without its brackets.
+                    let reason = match section_name {
+                        "unknown_names" => {
+                            "a key outside any table; it belongs in `[registry]`: write `[registry]` on the line above".to_owned()
+                        }
+                        "strict" => {
+                            "a key outside any table; a strict registry is written `unknown_names = \"error\"` under `[registry]`".to_owned()
+                        }
+                        _ if SECTION_NAMES.contains(&section_name) => format!(
+                            "expected a table: write `[{section_name}]` followed by its keys, one per line"
+                        ),
+                        _ => format!(
+                            "a key outside any table; {}the file's settings go in its tables: {}",
+                            did_you_mean(section_name, SECTION_NAMES),
+                            crate::config::list(SECTION_NAMES)
+                        ),
+                    };
                     problems.push(
                         Problem::new(
                             "registry",
                             None,
                             section_name,
                             shown(value.get_ref()),
-                            format!(
-                                "expected a table (`[{section_name}]`); the file's sections are {}",
-                                crate::config::list(SECTION_NAMES)
-                            ),
+                            reason,
                         )
                         .at(src.at(section.span().start, None)),
                     );

@@ -459,7 +459,42 @@ fn text_that_is_not_toml_is_refused() {
     let err = Registry::builder()
         .toml("[breakers.payments\n")
         .unwrap_err();
-    assert!(err.to_string().contains("registry"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("line 1, column 19: not valid TOML: unclosed table"),
+        "{err}"
+    );
+}
+
+/// A key outside any table is told where it goes: the builder's `strict`
+/// written as a key, `[registry]`'s key above its table, a section's name
+/// without brackets; not "expected a table (`[strict]`)", which sent the
+/// operator to a section that does not exist (helper audit, 2026-11-27).
+#[test]
+fn a_key_outside_any_table_is_told_where_it_belongs() {
+    for (text, expected) in [
+        (
+            "strict = true\n",
+            "line 1, column 1: `strict` = true: a key outside any table; a strict registry is written `unknown_names = \"error\"` under `[registry]`",
+        ),
+        (
+            "unknown_names = \"error\"\n",
+            "`unknown_names` = \"error\": a key outside any table; it belongs in `[registry]`",
+        ),
+        (
+            "breakers = 5\n",
+            "`breakers` = 5: expected a table: write `[breakers]` followed by its keys",
+        ),
+        (
+            "breaker = 5\n",
+            "`breaker` = 5: a key outside any table; did you mean `breakers`?",
+        ),
+    ] {
+        let err = refused_file(text, "accepted a key outside any table");
+        let shown = err.to_string();
+        assert!(shown.contains(expected), "{text}: {shown}");
+        assert!(!shown.contains("registry:"), "{text}: {shown}");
+    }
 }
 
 /// The configuration file shown in `Registry`'s documentation is valid.
@@ -763,9 +798,7 @@ fn a_key_or_table_written_twice_is_named_and_the_rest_still_checked() {
     let err = refused_file(text, "accepted a table written twice");
     let shown = err.to_string();
     assert!(
-        shown.contains(
-            "line 3, column 11: registry: the table `[breakers.p]` is written more than once"
-        ),
+        shown.contains("line 3, column 11: the table `[breakers.p]` is written more than once"),
         "{shown}"
     );
 }

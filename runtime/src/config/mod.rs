@@ -208,8 +208,11 @@ impl fmt::Display for Problem {
         let in_table = self.location.as_ref().is_some_and(|l| l.table.is_some());
         match &self.name {
             Some(name) => write!(f, "{} `{}`: ", self.section, name)?,
-            // `[registry] `unknown_names` = …`: the table says it all.
-            None if in_table => {}
+            // `[registry] `unknown_names` = …`: the table says it all; and a
+            // file's problem outside any part (an unknown section, a table
+            // written twice) is told by its place, not as `registry:`,
+            // which reads as the `[registry]` table.
+            None if in_table || self.location.is_some() => {}
             None => write!(f, "{}: ", self.section)?,
         }
         if !self.key.is_empty() {
