@@ -295,16 +295,36 @@ impl Registry {
                     .iter()
                     .map(|s| format!("`{}` ({}:{})", s.function, s.file, s.line))
                     .collect();
-                let table = match section {
-                    "breaker" => "breakers",
-                    "budget" => "budgets",
-                    _ => "bulkheads",
+                let (table, set) = match section {
+                    "breaker" => ("breakers", &configured.breakers),
+                    "budget" => ("budgets", &configured.budgets),
+                    _ => ("bulkheads", &configured.bulkheads),
+                };
+                // A configured name a letter or two off: one of the two is
+                // misspelt (a file's `[breakers.paymnets]`).
+                #[cfg(feature = "serde")]
+                let near = {
+                    let names: Vec<&str> = set.iter().map(String::as_str).collect();
+                    crate::config::did_you_mean(name, &names)
+                        .strip_prefix("did you mean `")
+                        .and_then(|rest| rest.strip_suffix("`? "))
+                        .map_or_else(String::new, |other| {
+                            format!(
+                                "; `[{table}.{}]` is configured: one of the two names is misspelt",
+                                key_path(other)
+                            )
+                        })
+                };
+                #[cfg(not(feature = "serde"))]
+                let near = {
+                    let _ = set;
+                    ""
                 };
                 Problem::part(
                     section,
                     name,
                     format!(
-                        "not configured, but used by {} (`{section} = \"{name}\"`); configure it (`[{table}.{}]` in the file, or `.{section}(\"{name}\", …)` in code), or correct the name in the attribute",
+                        "not configured, but used by {} (`{section} = \"{name}\"`){near}; configure it (`[{table}.{}]` in the file, or `.{section}(\"{name}\", …)` in code), or correct the name in the attribute",
                         users.join(", "),
                         key_path(name),
                     ),

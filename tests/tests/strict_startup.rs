@@ -43,6 +43,28 @@ fn registry(strict: bool, lacking: &[&str]) -> Registry {
     builder.build().unwrap()
 }
 
+/// A name missing next to a configured one a letter off (a file's
+/// `[breakers.fruad]`) says one of the two is misspelt (helper audit,
+/// 2026-11-27: the misspelt table showed only among the unused parts).
+#[test]
+fn a_missing_name_next_to_a_misspelt_configured_one_is_pointed_out() {
+    let err = Registry::builder()
+        .strict(true)
+        .toml("[breakers.ledger]\n[breakers.fruad]\n[budgets.ledger-retries]\n[bulkheads.fraud-pool]\n")
+        .unwrap()
+        .build()
+        .unwrap()
+        .check_names()
+        .unwrap_err();
+    let text = err.to_string();
+    assert_eq!(err.problems().len(), 1, "{text}");
+    assert!(
+        text.contains("breaker `fraud`: not configured")
+            && text.contains("`[breakers.fruad]` is configured: one of the two names is misspelt"),
+        "{text}"
+    );
+}
+
 #[test]
 fn check_names_lists_every_missing_name_with_the_functions_using_it() {
     let err = registry(true, &["fraud", "fraud-pool", "ledger-retries"])

@@ -26,8 +26,9 @@ pub(crate) fn list<S: AsRef<str>>(items: impl IntoIterator<Item = S>) -> String 
 }
 
 /// `` did you mean `x`? `` for a name close to one of `known` (a letter
-/// or two off, or one a prefix of the other, as `slow_call_duration_threshold`
-/// of `slow_call_duration_threshold_ms`); empty when none is. For messages
+/// or two off, two letters swapped counting as one, or one a prefix of the
+/// other, as `slow_call_duration_threshold` of
+/// `slow_call_duration_threshold_ms`); empty when none is. For messages
 /// about an unknown key or section, before the list of accepted ones.
 #[cfg(feature = "serde")]
 pub(crate) fn did_you_mean(given: &str, known: &[&str]) -> String {
@@ -45,7 +46,7 @@ pub(crate) fn did_you_mean(given: &str, known: &[&str]) -> String {
             let distance = if prefix {
                 0
             } else {
-                strsim::levenshtein(&given_lower, k)
+                strsim::osa_distance(&given_lower, k)
             };
             // A letter or two off, in proportion, and never the whole
             // name: `x` is not `k` misspelt either.
