@@ -28,6 +28,18 @@ fn registry_accepts(name: &str) -> bool {
         .build()
         .is_ok();
     assert!(breaker == budget && budget == bulkhead, "{name:?}");
+    // A part made by hand takes the same names (helper audit, 2026-11-27:
+    // `Breaker::new("pay ments", …)` and the others accepted any).
+    let by_hand = [
+        resilient::Breaker::new(name, BreakerConfig::default()).is_ok(),
+        resilient::Bulkhead::new(name, BulkheadConfig::default()).is_ok(),
+        resilient::RetryBudget::new(name, BudgetConfig::default()).is_ok(),
+        resilient::AdaptiveThrottle::new(name, resilient::ThrottleConfig::default()).is_ok(),
+    ];
+    assert!(
+        by_hand.iter().all(|&ok| ok == breaker),
+        "{name:?}: {by_hand:?}"
+    );
     breaker
 }
 

@@ -142,11 +142,11 @@ impl fmt::Debug for Breaker {
 }
 
 impl Breaker {
-    /// A breaker named `name`, after checking `config`; the error lists every
-    /// refused setting.
+    /// A breaker named `name`, after checking `config` and the name (a
+    /// registry's rule for names); the error lists every refused setting.
     pub fn new(name: impl Into<Arc<str>>, config: BreakerConfig) -> Result<Breaker, ConfigError> {
         let name = name.into();
-        ConfigError::from_problems(config.validate(&name))?;
+        ConfigError::of_part("breaker", &name, config.validate(&name))?;
         Ok(Breaker::with_events(name, config, EventHub::new()))
     }
 

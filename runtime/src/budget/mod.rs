@@ -504,13 +504,13 @@ impl fmt::Debug for RetryBudget {
 
 impl RetryBudget {
     /// A budget named `name` (the dependency it guards), or every problem
-    /// with `config`.
+    /// with `config` or the name (a registry's rule for names).
     pub fn new(
         name: impl Into<Arc<str>>,
         config: BudgetConfig,
     ) -> Result<RetryBudget, ConfigError> {
         let name = name.into();
-        ConfigError::from_problems(config.validate(&name))?;
+        ConfigError::of_part("budget", &name, config.validate(&name))?;
         Ok(Self::from_validated(name, config))
     }
 

@@ -207,10 +207,10 @@ impl fmt::Debug for Bulkhead {
 
 impl Bulkhead {
     /// A bulkhead named `name` (the dependency it guards), or every problem
-    /// with `config`.
+    /// with `config` or the name (a registry's rule for names).
     pub fn new(name: impl Into<Arc<str>>, config: BulkheadConfig) -> Result<Self, ConfigError> {
         let name = name.into();
-        ConfigError::from_problems(config.validate(&name))?;
+        ConfigError::of_part("bulkhead", &name, config.validate(&name))?;
         Ok(Self::from_validated(name, config))
     }
 

@@ -241,6 +241,21 @@ impl fmt::Debug for ConfigError {
 }
 
 impl ConfigError {
+    /// Refuses a part made by hand (`Breaker::new` and the others) whose
+    /// name or configuration a registry would refuse: `problems` are the
+    /// configuration's, and a name no attribute could use (see
+    /// [`check_name`]) comes first.
+    pub(crate) fn of_part(
+        section: &'static str,
+        name: &str,
+        mut problems: Vec<Problem>,
+    ) -> Result<(), Self> {
+        if let Err(reason) = check_name(name) {
+            problems.insert(0, Problem::part(section, name, reason));
+        }
+        Self::from_problems(problems)
+    }
+
     pub(crate) fn from_problems(problems: Vec<Problem>) -> Result<(), Self> {
         if problems.is_empty() {
             Ok(())

@@ -225,10 +225,10 @@ impl fmt::Debug for AdaptiveThrottle {
 
 impl AdaptiveThrottle {
     /// A throttle named `name` (the dependency it guards), or every problem
-    /// with `config`.
+    /// with `config` or the name (a registry's rule for names).
     pub fn new(name: impl Into<Arc<str>>, config: ThrottleConfig) -> Result<Self, ConfigError> {
         let name = name.into();
-        ConfigError::from_problems(config.validate(&name))?;
+        ConfigError::of_part("throttle", &name, config.validate(&name))?;
         Ok(Self::from_validated(name, config))
     }
 
