@@ -213,12 +213,20 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
                         // from the future's own copy.
                         let copy =
                             format_ident!("__resilient_copy_{}", i, span = Span::mixed_site());
+                        // Read at the argument's type, as a named argument's
+                        // is, so that a type that cannot be copied is
+                        // reported there, not at the attribute.
+                        // In a block of the type's own span: the name is
+                        // the expansion's (hygienic), and an argument of
+                        // another context than the call's is reported at
+                        // the attribute.
+                        let source = quote_spanned! {ty_span=> { &#name }};
                         // `mut`: a `ref mut` binding in the pattern borrows
                         // the copy mutably (review 40: refused).
                         rebinds.push(quote_spanned! {ty_span=>
                             #(#cfgs)*
-                            #[allow(unused_mut)]
-                            let mut #copy = #krate_at_ty::ReusableArgument::reuse(&#name);
+                            #[allow(unused_mut, unused_braces)]
+                            let mut #copy = #krate_at_ty::ReusableArgument::reuse(#source);
                         });
                         destructures.push(quote! { #(#cfgs)* #(#lints)* let #original = #copy; });
                     }
