@@ -597,6 +597,9 @@ impl<C> Call<C> {
             Ok(admitted) => admitted,
             Err(refusal) => return self.refused_attempt(number, refusal),
         };
+        if number > 1 {
+            telemetry::retry_made(self.policy);
+        }
         if let Some(grants) = grants {
             grants.spend();
         }
@@ -644,6 +647,9 @@ impl<C> Call<C> {
     /// An attempt the breaker, throttle or bulkhead refused: it did not
     /// run, and nothing of it reached the dependency.
     fn refused_attempt<T, E>(&self, number: u32, refusal: Error) -> Attempted<T, E> {
+        if number > 1 {
+            telemetry::retry_made(self.policy);
+        }
         telemetry::attempt_refused(self.policy);
         self.record(number, AttemptOutcome::Refused(refusal.kind()), false);
         Attempted {
@@ -1628,7 +1634,6 @@ where
     C: Fn(&R::Error) -> V,
     V: Into<Verdict>,
 {
-    let policy = call.policy;
     let mut next = begin;
     let result = loop {
         let attempted = match next {
@@ -1648,7 +1653,6 @@ where
             }
             Begin::Retry(held, delay) => {
                 tokio::time::sleep(delay).await;
-                telemetry::retry_made(policy);
                 progress.number += 1;
                 // The grants go with the attempt: spent once it is
                 // admitted, given back if it is refused or never made.

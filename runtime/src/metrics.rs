@@ -111,7 +111,10 @@ pub const ATTEMPTS: &str = "resilient_attempts_total";
 /// Labels: `function`; `outcome`: `success`, `failure`, `timeout`.
 pub const ATTEMPT_DURATION: &str = "resilient_attempt_duration_seconds";
 
-/// Counter: retries made (attempts after a call's first).
+/// Counter: retries made (attempts after a call's first), each counted as
+/// [`ATTEMPTS`] counts it: once admitted, or refused by the breaker,
+/// throttle or bulkhead; not a retry the call was dropped before (during
+/// its backoff, or while it waited for a bulkhead slot).
 ///
 /// Labels: `function`.
 pub const RETRIES: &str = "resilient_retries_total";

@@ -296,8 +296,9 @@ pub(crate) fn span(policy: &'static Policy) -> CallSpan {
     CallSpan
 }
 
-/// Counts a retry, once its backoff has passed and its attempt is made: a
-/// call dropped while it waits makes none.
+/// Counts a retry once its attempt is admitted, or refused (by a breaker,
+/// throttle or bulkhead), as the attempts are counted: a call dropped while
+/// it waits, for its backoff or for a bulkhead slot, makes none.
 #[inline]
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
 pub(crate) fn retry_made(policy: &'static Policy) {

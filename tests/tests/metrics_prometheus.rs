@@ -105,6 +105,20 @@ async fn backs_off_a_minute() -> Result<u32, E> {
     Err(E::Unavailable)
 }
 
+/// Fails its first attempt; its retry, 200 ms later, finds the bulkhead's
+/// only slot taken.
+#[resilient(
+    retries = 1,
+    idempotent,
+    bulkhead = "m-retry-wait",
+    backoff = "exponential",
+    base_ms = 200,
+    cap_ms = 200
+)]
+async fn retry_waits_for_a_slot() -> Result<u32, E> {
+    Err(E::Unavailable)
+}
+
 #[resilient(retries = 1, idempotent)]
 async fn hangs_until_cut() -> Result<u32, E> {
     std::future::pending::<()>().await;
@@ -251,6 +265,12 @@ async fn a_prometheus_scrape_shows_calls_attempts_retries_and_every_part() {
                 .max_concurrent(1)
                 .max_wait(Duration::from_secs(10)),
         )
+        .bulkhead(
+            "m-retry-wait",
+            BulkheadConfig::default()
+                .max_concurrent(1)
+                .max_wait(Duration::from_secs(10)),
+        )
         .build()
         .unwrap();
     let _publisher =
@@ -305,6 +325,21 @@ async fn a_prometheus_scrape_shows_calls_attempts_retries_and_every_part() {
     ] {
         assert!(cut.is_err(), "the caller's timeout cut the call");
     }
+
+    // The caller's timeout cuts a call whose retry waits for a bulkhead
+    // slot: the retry was never made (helper audit, 2026-11-27: counted
+    // once its backoff had passed, before it was admitted).
+    let call = tokio::spawn(registry.scope(tokio::time::timeout(
+        Duration::from_millis(600),
+        retry_waits_for_a_slot(),
+    )));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let retry_bulkhead = registry.bulkhead("m-retry-wait").unwrap();
+    let slot = retry_bulkhead
+        .try_acquire()
+        .expect("the first attempt has given its slot back");
+    assert!(call.await.unwrap().is_err(), "cut while its retry waits");
+    drop(slot);
 
     // A full bulkhead refuses at once (no `max_wait`).
     let full = registry.scope(behind_full_bulkhead()).await; // creates nothing: configured
@@ -464,6 +499,16 @@ async fn a_prometheus_scrape_shows_calls_attempts_retries_and_every_part() {
         retries(&format!("{F}backs_off_a_minute")),
         0.0,
         "a retry its caller never waited for is not counted"
+    );
+    assert_eq!(cancelled("retry_waits_for_a_slot"), 1.0);
+    assert_eq!(
+        attempts(&format!("{F}retry_waits_for_a_slot"), "failure"),
+        1.0
+    );
+    assert_eq!(
+        retries(&format!("{F}retry_waits_for_a_slot")),
+        0.0,
+        "a retry that never got a bulkhead slot is not counted"
     );
 
     // Latency histograms: one sample per call and per attempt; the timed-out
