@@ -493,10 +493,29 @@ fn concurrent_retry_after_holds_keep_the_later_end() {
     });
 }
 
+/// A failure that brought a `Retry-After` of 200 s.
+const THROTTLED: Sample = Sample::Call {
+    failed: true,
+    slow: false,
+    hold_until_ns: Some(200 * SEC),
+};
+
+/// Two calls admitted by `core` record at once, one `THROTTLED`, one a
+/// plain failure: the transitions the two records made.
+fn throttled_racing_a_failure(core: &Arc<Core>) -> Vec<Transition> {
+    let (throttled, _) = admitted(core.try_acquire(0)).unwrap();
+    let (failing, _) = admitted(core.try_acquire(0)).unwrap();
+    let c = core.clone();
+    let server = thread::spawn(move || c.record(throttled, THROTTLED, 0));
+    let mine = core.record(failing, FAILURE, 0);
+    let theirs = server.join().unwrap();
+    mine.into_iter().chain(theirs).flatten().collect()
+}
+
 /// A `Retry-After` (200 s) recorded while the breaker is closed, racing the
 /// failure that opens it through the window: whichever lands first, the
 /// breaker ends open until the `Retry-After`, not only the 60 s wait, and
-/// exactly once.
+/// opened exactly once.
 #[test]
 fn a_retry_after_racing_the_opening_failure_holds_the_breaker_until_it() {
     model(|| {
@@ -504,27 +523,10 @@ fn a_retry_after_racing_the_opening_failure_holds_the_breaker_until_it() {
             settings(WindowKind::Count(2), 2, 1),
             Phase::Closed,
         ));
-        let (throttled, _) = admitted(core.try_acquire(0)).unwrap();
-        let (failing, _) = admitted(core.try_acquire(0)).unwrap();
-        let c = core.clone();
-        let server = thread::spawn(move || {
-            let sample = Sample::Call {
-                failed: true,
-                slow: false,
-                hold_until_ns: Some(200 * SEC),
-            };
-            c.record(throttled, sample, 0)
-        });
-        let mine = core.record(failing, FAILURE, 0);
-        let theirs = server.join().unwrap();
+        let made = throttled_racing_a_failure(&core);
         assert_eq!(core.phase(), Phase::Open);
-        let opened = mine
-            .iter()
-            .chain(theirs.iter())
-            .flatten()
-            .filter(|t| t.from == Phase::Closed)
-            .count();
-        assert_eq!(opened, 1, "{mine:?} {theirs:?}");
+        let opened = made.iter().filter(|t| t.from == Phase::Closed).count();
+        assert_eq!(opened, 1, "{made:?}");
         assert_eq!(core.open_until_ns(), Some(200 * SEC));
     });
 }
@@ -540,19 +542,7 @@ fn a_retry_after_of_a_probe_holds_the_breaker_its_sibling_reopens() {
             Phase::Closed,
         ));
         core.transition_to(Phase::HalfOpen, 0);
-        let (throttled, _) = admitted(core.try_acquire(0)).unwrap();
-        let (failing, _) = admitted(core.try_acquire(0)).unwrap();
-        let c = core.clone();
-        let server = thread::spawn(move || {
-            let sample = Sample::Call {
-                failed: true,
-                slow: false,
-                hold_until_ns: Some(200 * SEC),
-            };
-            c.record(throttled, sample, 0);
-        });
-        core.record(failing, FAILURE, 0);
-        server.join().unwrap();
+        throttled_racing_a_failure(&core);
         assert_eq!(core.phase(), Phase::Open);
         assert_eq!(core.open_until_ns(), Some(200 * SEC));
     });
