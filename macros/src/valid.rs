@@ -331,23 +331,32 @@ pub(crate) fn validate(args: &Args, func: &Func) -> syn::Result<Checked> {
     if reuses_arguments {
         for arg in &sig.inputs {
             if let FnArg::Typed(t) = arg {
-                if let Type::Reference(reference) = ungrouped(&t.ty) {
-                    if reference.mutability.is_some() {
-                        let shared = &reference.elem;
-                        let why = if retries > 0 {
-                            "cannot be lent to every attempt: an attempt may still hold it when the next begins"
-                        } else {
-                            "cannot be lent to both the call and its fallback: the call's attempt and the fallback each get the arguments"
-                        };
-                        errors.push_spanned(
-                            &t.ty,
-                            format!(
-                                "`{}` {why}; take `&{}` (with interior mutability if it must change), or remove `{reuser}`",
-                                pretty(&t.ty),
-                                pretty(shared)
-                            ),
-                        );
-                    }
+                if let Some(reference) = lent_mutably(&t.ty) {
+                    let shared = &reference.elem;
+                    let why = if retries > 0 {
+                        "cannot be lent to every attempt: an attempt may still hold it when the next begins"
+                    } else {
+                        "cannot be lent to both the call and its fallback: the call's attempt and the fallback each get the arguments"
+                    };
+                    // Held inside the argument (`Option<&mut T>`, a tuple):
+                    // named, since the argument's own type is not the
+                    // reference.
+                    let what = if matches!(ungrouped(&t.ty), Type::Reference(_)) {
+                        format!("`{}`", pretty(&t.ty))
+                    } else {
+                        format!(
+                            "`{}` holds `{}`, which",
+                            pretty(&t.ty),
+                            pretty(&Type::Reference(reference.clone()))
+                        )
+                    };
+                    errors.push_spanned(
+                        &t.ty,
+                        format!(
+                            "{what} {why}; take `&{}` (with interior mutability if it must change), or remove `{reuser}`",
+                            pretty(shared)
+                        ),
+                    );
                 }
             }
             if let FnArg::Receiver(r) = arg {
@@ -487,6 +496,40 @@ fn cfg_attr_may_add_cfg(tokens: proc_macro2::TokenStream) -> bool {
 
 /// `ty` without the invisible group a `macro_rules!` `$t:ty` fragment puts
 /// around it (review 40: a key type passed so was not recognised).
+/// A `&mut` reference an argument of this type holds by value, so that no
+/// copy of the argument can be made for another attempt: the argument
+/// itself, or one inside a tuple, an array, or the type arguments of the
+/// standard containers that are `Clone` only when what they hold is
+/// (`Option`, `Result`, `Pin`, `Box`, `Vec`, `VecDeque`). By name, since
+/// types are not known to a macro; others (`Arc`, `PhantomData`, function
+/// pointers, a shared reference to anything) are `Clone` whatever they
+/// hold, and are left to the compiler.
+fn lent_mutably(ty: &Type) -> Option<&syn::TypeReference> {
+    match ungrouped(ty) {
+        Type::Reference(r) if r.mutability.is_some() => Some(r),
+        Type::Paren(p) => lent_mutably(&p.elem),
+        Type::Tuple(t) => t.elems.iter().find_map(lent_mutably),
+        Type::Array(a) => lent_mutably(&a.elem),
+        Type::Path(p) if p.qself.is_none() => {
+            let last = p.path.segments.last()?;
+            let holds_by_value = ["Option", "Result", "Pin", "Box", "Vec", "VecDeque"]
+                .iter()
+                .any(|name| last.ident == name);
+            let syn::PathArguments::AngleBracketed(args) = &last.arguments else {
+                return None;
+            };
+            if !holds_by_value {
+                return None;
+            }
+            args.args.iter().find_map(|arg| match arg {
+                syn::GenericArgument::Type(t) => lent_mutably(t),
+                _ => None,
+            })
+        }
+        _ => None,
+    }
+}
+
 fn ungrouped(ty: &Type) -> &Type {
     match ty {
         Type::Group(g) => ungrouped(&g.elem),
