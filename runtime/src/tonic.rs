@@ -24,7 +24,11 @@
 //!   `UNKNOWN` carrying the transport's error: closed, a broken pipe) as
 //!   `UNAVAILABLE`, and its own timeout (`CANCELLED` "Timeout expired",
 //!   also when a service passes it on to its caller) as
-//!   `DEADLINE_EXCEEDED`. A stream reset on a live connection is no failed
+//!   `DEADLINE_EXCEEDED`. (With `propagate_deadline`, tonic's timer and the
+//!   attempt's fire at the same instant, so the caller of an attempt that
+//!   ran out of time may get either that `CANCELLED` status or the
+//!   library's `DEADLINE_EXCEEDED`: both are classified alike, but code
+//!   that matches on the code should accept both.) A stream reset on a live connection is no failed
 //!   connection: reset by the server, it is a failure of the server's (not
 //!   retried, counted; retried if `REFUSED_STREAM`, which says it was not
 //!   processed), and reset by this client (a limit of its own) permanent.
