@@ -1,4 +1,5 @@
-//! The main example: a quote service and a payment service on loopback
+//! A first example (the README's main one is `payments`): a quote service
+//! and a payment service on loopback
 //! that fail the first few requests, and annotated clients that retry them.
 //! Prints each attempt as it happens.
 //!
