@@ -494,8 +494,6 @@ fn cfg_attr_may_add_cfg(tokens: proc_macro2::TokenStream) -> bool {
     })
 }
 
-/// `ty` without the invisible group a `macro_rules!` `$t:ty` fragment puts
-/// around it (review 40: a key type passed so was not recognised).
 /// A `&mut` reference an argument of this type holds by value, so that no
 /// copy of the argument can be made for another attempt: the argument
 /// itself, or one inside a tuple, an array, or the type arguments of the
@@ -530,6 +528,8 @@ fn lent_mutably(ty: &Type) -> Option<&syn::TypeReference> {
     }
 }
 
+/// `ty` without the invisible group a `macro_rules!` `$t:ty` fragment puts
+/// around it (review 40: a key type passed so was not recognised).
 fn ungrouped(ty: &Type) -> &Type {
     match ty {
         Type::Group(g) => ungrouped(&g.elem),

@@ -310,7 +310,7 @@ impl Registry {
                         .and_then(|rest| rest.strip_suffix("`? "))
                         .map_or_else(String::new, |other| {
                             format!(
-                                "; `[{table}.{}]` is configured: one of the two names is misspelt",
+                                "; `[{table}.{}]` is configured: is one of the two names misspelt?",
                                 key_path(other)
                             )
                         })
@@ -1269,8 +1269,10 @@ mod file {
                         "strict" => {
                             "a key outside any table; a strict registry is written `unknown_names = \"error\"` under `[registry]`".to_owned()
                         }
+                        "registry" => "expected a table: write `[registry]` followed by its keys, one per line".to_owned(),
+                        "defaults" => "expected a table: write `[defaults.breaker]` (or `.budget`, `.bulkhead`) followed by its keys, one per line".to_owned(),
                         _ if SECTION_NAMES.contains(&section_name) => format!(
-                            "expected a table: write `[{section_name}]` followed by its keys, one per line"
+                            "expected a table: write `[{section_name}.NAME]`, NAME the part's, followed by its keys, one per line"
                         ),
                         _ => format!(
                             "a key outside any table; {}the file's settings go in its tables: {}",

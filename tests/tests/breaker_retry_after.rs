@@ -174,6 +174,18 @@ async fn a_retry_after_before_the_failure_that_opens_the_breaker_holds_it_until_
     assert!(b.try_acquire().is_ok());
 }
 
+/// A manual transition is a decision about the server now: a `Retry-After`
+/// kept before a `reset` does not hold a later opening (review of this
+/// session's change).
+#[tokio::test(start_paused = true)]
+async fn a_reset_forgets_a_kept_retry_after() {
+    let b = breaker(window_of_four());
+    call(&b, throttled(Duration::from_secs(300)));
+    b.reset();
+    open(&b);
+    assert_eq!(open_for(&b), Some(Duration::from_secs(60)));
+}
+
 /// The same for half-open probes: whichever probe's failure completes the
 /// set and reopens the breaker, a `Retry-After` another probe brought back
 /// holds it.

@@ -483,7 +483,7 @@ fn a_key_outside_any_table_is_told_where_it_belongs() {
         ),
         (
             "breakers = 5\n",
-            "`breakers` = 5: expected a table: write `[breakers]` followed by its keys",
+            "`breakers` = 5: expected a table: write `[breakers.NAME]`, NAME the part's, followed by its keys",
         ),
         (
             "breaker = 5\n",

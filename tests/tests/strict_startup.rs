@@ -60,7 +60,7 @@ fn a_missing_name_next_to_a_misspelt_configured_one_is_pointed_out() {
     assert_eq!(err.problems().len(), 1, "{text}");
     assert!(
         text.contains("breaker `fraud`: not configured")
-            && text.contains("`[breakers.fruad]` is configured: one of the two names is misspelt"),
+            && text.contains("`[breakers.fruad]` is configured: is one of the two names misspelt?"),
         "{text}"
     );
 }

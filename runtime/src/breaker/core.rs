@@ -1122,8 +1122,8 @@ pub(crate) struct Core {
     /// The latest end a server's `Retry-After` asked for while the breaker
     /// was closed or half-open and did not open on it, in nanoseconds since
     /// the origin (0: none): an opening before then waits until then (see
-    /// [`hold_open`](Core::hold_open)). Never cleared: an end in the past
-    /// changes nothing.
+    /// [`hold_open`](Core::hold_open)). Cleared by a manual transition
+    /// only: an end in the past changes nothing.
     held_until: AtomicU64,
 }
 
@@ -1640,6 +1640,10 @@ impl Core {
     /// every phase but open and half-open (which show the evidence that
     /// opened them).
     pub(crate) fn transition_to(&self, to: Phase, now_ns: u64) -> Transition {
+        // A manual transition (an operator's `reset`, a forced state) is a
+        // decision about the server now: a `Retry-After` kept earlier no
+        // longer holds a later opening.
+        self.held_until.store(0, Ordering::Release);
         let until = now_ns.saturating_add(self.settings.wait_ns);
         let mut w = Word(self.state.load(Ordering::Acquire));
         loop {
