@@ -213,13 +213,12 @@ pub(crate) fn expand(args: &Args, func: Func, checked: &Checked) -> TokenStream 
                         // from the future's own copy.
                         let copy =
                             format_ident!("__resilient_copy_{}", i, span = Span::mixed_site());
-                        // Read at the argument's type, as a named argument's
-                        // is, so that a type that cannot be copied is
-                        // reported there, not at the attribute.
-                        // In a block of the type's own span: the name is
-                        // the expansion's (hygienic), and an argument of
-                        // another context than the call's is reported at
-                        // the attribute.
+                        // Read in a block of the argument type's span, so
+                        // that a type that cannot be copied is reported
+                        // there, as a named argument's is: the name is the
+                        // expansion's (hygienic), and an argument from
+                        // another context than the call's is reported at the
+                        // attribute.
                         let source = quote_spanned! {ty_span=> { &#name }};
                         // `mut`: a `ref mut` binding in the pattern borrows
                         // the copy mutably (review 40: refused).

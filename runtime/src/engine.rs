@@ -591,15 +591,17 @@ impl<C> Call<C> {
                 telemetry::waiting(self.policy, wait).await
             }
         };
+        // Admitted or refused, a retry is made (and counted, as its attempt
+        // is); one dropped before this point is not.
+        if number > 1 {
+            telemetry::retry_made(self.policy);
+        }
         // A retry refused here never went out: its budgets' grants go back
         // (dropped). Admitted, it goes out, and spends them.
         let (mut admission, body_start) = match admitted {
             Ok(admitted) => admitted,
             Err(refusal) => return self.refused_attempt(number, refusal),
         };
-        if number > 1 {
-            telemetry::retry_made(self.policy);
-        }
         if let Some(grants) = grants {
             grants.spend();
         }
@@ -647,9 +649,6 @@ impl<C> Call<C> {
     /// An attempt the breaker, throttle or bulkhead refused: it did not
     /// run, and nothing of it reached the dependency.
     fn refused_attempt<T, E>(&self, number: u32, refusal: Error) -> Attempted<T, E> {
-        if number > 1 {
-            telemetry::retry_made(self.policy);
-        }
         telemetry::attempt_refused(self.policy);
         self.record(number, AttemptOutcome::Refused(refusal.kind()), false);
         Attempted {

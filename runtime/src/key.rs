@@ -123,7 +123,7 @@ impl IdempotencyKey {
             None
         };
         match reason {
-            Some(reason) => Err(InvalidIdempotencyKey { reason }),
+            Some(reason) => Err(InvalidIdempotencyKey::new(reason)),
             None => Ok(Self(Arc::from(id))),
         }
     }

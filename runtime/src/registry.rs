@@ -305,15 +305,13 @@ impl Registry {
                 #[cfg(feature = "serde")]
                 let near = {
                     let names: Vec<&str> = set.iter().map(String::as_str).collect();
-                    crate::config::did_you_mean(name, &names)
-                        .strip_prefix("did you mean `")
-                        .and_then(|rest| rest.strip_suffix("`? "))
-                        .map_or_else(String::new, |other| {
-                            format!(
-                                "; `[{table}.{}]` is configured: is one of the two names misspelt?",
-                                key_path(other)
-                            )
-                        })
+                    let misspelt = |other| {
+                        format!(
+                            "; `[{table}.{}]` is configured: is one of the two names misspelt?",
+                            key_path(other)
+                        )
+                    };
+                    crate::config::nearest(name, &names).map_or_else(String::new, misspelt)
                 };
                 #[cfg(not(feature = "serde"))]
                 let near = {

@@ -32,6 +32,12 @@ pub(crate) fn list<S: AsRef<str>>(items: impl IntoIterator<Item = S>) -> String 
 /// about an unknown key or section, before the list of accepted ones.
 #[cfg(feature = "serde")]
 pub(crate) fn did_you_mean(given: &str, known: &[&str]) -> String {
+    nearest(given, known).map_or_else(String::new, |k| format!("did you mean `{k}`? "))
+}
+
+/// The name of `known` that [`did_you_mean`] suggests for `given`, if any.
+#[cfg(feature = "serde")]
+pub(crate) fn nearest<'a>(given: &str, known: &[&'a str]) -> Option<&'a str> {
     let given_lower = given.to_ascii_lowercase();
     let given_chars = given_lower.chars().count();
     known
@@ -53,7 +59,7 @@ pub(crate) fn did_you_mean(given: &str, known: &[&str]) -> String {
             (distance <= (k_chars / 4).clamp(1, 3) && distance < k_chars).then_some((distance, *k))
         })
         .min_by_key(|(distance, _)| *distance)
-        .map_or_else(String::new, |(_, k)| format!("did you mean `{k}`? "))
+        .map(|(_, k)| k)
 }
 
 /// One refused setting.
